@@ -1,0 +1,152 @@
+"""Minerva / DAPO-style normalisation of a final answer, and an exact fast path for plain numbers.
+
+The DAPO training grader (verl ``math_dapo``) compares answers as strings after a Minerva-style clean-up: keep the
+right-hand side of an ``=``, drop ``$`` and ``\\text{}`` wrappers, units and spacing, remove commas in integers and
+repair ``\\frac12`` / ``\\sqrt2`` shorthands. ``normalize_answer`` does that clean-up (written from that
+description); ``as_number`` then decides plain numbers (integers, decimals, ``a/b``, ``\\frac{a}{b}``) exactly in the
+trainer process, so only genuinely symbolic answers need the math-verify worker (``equivalence.py``).
+"""
+
+import re
+from fractions import Fraction
+
+
+_UNIT_WORDS = (
+    "square units|square feet|square inches|square meters|square centimeters|sq units|units|unit|"
+    "degrees|degree|radians|cm|mm|km|m|meters|meter|metres|inches|inch|in|feet|foot|ft|miles|mile|mph|"
+    "hours|hour|hrs|minutes|minute|mins|min|seconds|second|sec|s|days|day|weeks|years|"
+    "dollars|dollar|cents|cent|points|ways|integers|digits|people|students|pounds|kg|g|gm|grams|liters|"
+    "edges|meals|sides|games|times|numbers"
+)
+_TRAILING_UNITS = re.compile(
+    r"(?:\\?[ ,~]|\\[;!])*(?:\\(?:text|mbox|mathrm)\{\s*)?(?:" + _UNIT_WORDS + r")\b\.?\}?(?:\^\{?[23]\}?)?$"
+)
+_LEADING_PHRASE = re.compile(r"^(?:the\s+)?(?:final\s+)?(?:answer\s+is|answer\s*:|ans\s*:)\s*", re.IGNORECASE)
+_TEXT_WRAPPER = re.compile(r"\\(?:text|textbf|textit|mathrm|mathbf|mbox|operatorname)\s*\{([^{}]*)\}")
+_REMOVED = (
+    "\\left",
+    "\\right",
+    "\\displaystyle",
+    "\\!",
+    "\\,",
+    "\\;",
+    "\\:",
+    "\\quad",
+    "\\qquad",
+    "{,}",
+    "\\%",
+    "%",
+    "\\$",
+    "^\\circ",
+    "^{\\circ}",
+    "°",
+    "\\circ",
+    "\\ ",
+    "~",
+    "**",
+    "`",
+)
+_CHAR_FIXES = {"\u2212": "-", "\u2013": "-", "\u00d7": "\\times", "\u221a": "\\sqrt", "\u03c0": "\\pi"}
+_THOUSANDS = re.compile(r"^[+-]?\d{1,3}(?:,\d{3})+(?:\.\d+)?$")
+_SPACES = re.compile(r"(\\[a-zA-Z]+)?\s+(?=([a-zA-Z])?)")
+_PLAIN_NUMBER = re.compile(r"^[+-]?(?:\d+\.?\d*|\.\d+)$")
+_FRACTION = re.compile(r"^([+-]?)(?:\\frac\{([+-]?\d+)\}\{([+-]?\d+)\}|(\d+)/(\d+))$")
+
+
+def _drop_spaces(text: str) -> str:
+    """Remove whitespace, except one space between a LaTeX command and a following letter (`\\pi r`)."""
+
+    def keep(match: re.Match) -> str:
+        command, next_letter = match.group(1), match.group(2)
+        if command and next_letter:
+            return command + " "
+        return command or ""
+
+    return _SPACES.sub(keep, text)
+
+
+def _strip_units(text: str) -> str:
+    """Drop a trailing unit (`5 cm`, `12\\text{ dollars}`, `9 square units`) that follows a number or a group."""
+    match = _TRAILING_UNITS.search(text)
+    if match is None or match.start() == 0 or text[: match.start()].rstrip()[-1:] not in "0123456789})":
+        return text
+    return text[: match.start()].strip()
+
+
+def _fix_shorthands(text: str) -> str:
+    """`\\frac12` -> `\\frac{1}{2}`, `\\frac1{2}` -> `\\frac{1}{2}`, `\\sqrt2` -> `\\sqrt{2}`."""
+    text = re.sub(r"\\sqrt(\w)", r"\\sqrt{\1}", text)
+    text = re.sub(r"\\frac(\d)(\d)", r"\\frac{\1}{\2}", text)
+    text = re.sub(r"\\frac(\d)\{", r"\\frac{\1}{", text)
+    text = re.sub(r"\\frac\{([^{}]*)\}(\d)", r"\\frac{\1}{\2}", text)
+    return text
+
+
+def _unwrap_boxed(text: str) -> str:
+    from coba_trl.rewards.extraction import last_boxed
+
+    inner = last_boxed(text) if ("\\boxed" in text or "\\fbox" in text) else None
+    return inner if inner is not None else text
+
+
+def normalize_answer(answer: str) -> str:
+    """Canonical string form of a final answer (Minerva / DAPO normalisation, plus a few human-obvious fixes).
+
+    >>> normalize_answer("x = \\\\$1,000 \\\\text{ dollars}.")
+    '1000'
+    """
+    text = answer.strip()
+    for bad, good in _CHAR_FIXES.items():
+        text = text.replace(bad, good)
+    text = _LEADING_PHRASE.sub("", text).replace("\\$", "")
+    text = _unwrap_boxed(text)
+    dollars = re.search(r"\$+([^$]+)\$+", text)
+    if dollars:
+        text = dollars.group(1)
+    text = text.replace("\\(", "").replace("\\)", "").replace("\\[", "").replace("\\]", "")
+    text = _unwrap_boxed(text)
+    if "=" in text and not re.search(r"[<>]|\\[lg]eq?|\\neq", text):
+        text = text.split("=")[-1]
+    text = _strip_units(_strip_units(text.strip()))
+    text = text.replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac").replace("\\mbox", "\\text")
+    text = _TEXT_WRAPPER.sub(r"\1", text)
+    for removed in _REMOVED:
+        text = text.replace(removed, "")
+    text = text.replace("$", "")
+    text = _drop_spaces(text).rstrip(".").strip()
+    text = _fix_shorthands(text)
+    if _THOUSANDS.match(text):
+        text = text.replace(",", "")
+    choice = re.fullmatch(r"\(([A-Ea-e])\)", text)
+    if choice:
+        text = choice.group(1).upper()
+    if _PLAIN_NUMBER.match(text):
+        text = _canonical_decimal(text)
+    return text
+
+
+def _canonical_decimal(text: str) -> str:
+    """`+007` -> `7`, `3.50` -> `3.5`, `2.` -> `2`, `-0` -> `0` (plain decimals only)."""
+    sign = "-" if text.startswith("-") else ""
+    text = text.lstrip("+-")
+    whole, _, frac = text.partition(".")
+    whole = whole.lstrip("0") or "0"
+    frac = frac.rstrip("0")
+    number = whole + ("." + frac if frac else "")
+    return "0" if number == "0" else sign + number
+
+
+def as_number(text: str) -> Fraction | None:
+    """Exact value of a normalised plain number (`-12`, `0.5`, `3/4`, `\\frac{3}{4}`, `-\\frac{3}{4}`), else None."""
+    if len(text) > 60:
+        return None
+    if _PLAIN_NUMBER.match(text):
+        return Fraction(text)
+    match = _FRACTION.match(text)
+    if not match:
+        return None
+    sign, num, den = match.group(1), match.group(2) or match.group(4), match.group(3) or match.group(5)
+    if int(den) == 0:
+        return None
+    value = Fraction(int(num), int(den))
+    return -value if sign == "-" else value
