@@ -5,7 +5,6 @@ from coba_trl.rewards.extraction import completion_text, extract_boxed_answer, e
 from coba_trl.rewards.normalize import normalize_answer
 from coba_trl.rewards.pool import TimeLimitedPool, get_pool, shutdown_pool
 
-
 __all__ = [
     "DEFAULT_TIME_LIMIT",
     "TimeLimitedPool",

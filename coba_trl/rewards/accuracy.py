@@ -22,7 +22,6 @@ from coba_trl.rewards.extraction import completion_text, extract_boxed_answer, e
 from coba_trl.rewards.normalize import as_number, normalize_answer
 from coba_trl.rewards.pool import get_pool
 
-
 logger = logging.getLogger(__name__)
 
 DEFAULT_TIME_LIMIT = 5.0

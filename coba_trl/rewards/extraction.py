@@ -11,7 +11,6 @@ Every function here is linear in its (already truncated) input, so no time limit
 
 import re
 
-
 DAPO_TAIL_CHARS = 300
 """The DAPO grader only looks at the end of a completion."""
 
@@ -84,7 +83,7 @@ def last_boxed(text: str) -> str | None:
             if group is not None:
                 return group[0]
         elif pos < len(text) and text[pos] == " ":
-            match = re.match(r" +([^\s$]{1,%d})" % MAX_ANSWER_CHARS, text[pos : pos + MAX_ANSWER_CHARS + 8])
+            match = re.match(rf" +([^\s$]{{1,{MAX_ANSWER_CHARS}}})", text[pos : pos + MAX_ANSWER_CHARS + 8])
             if match:
                 return match.group(1)
         end = start

@@ -10,7 +10,6 @@ trainer process, so only genuinely symbolic answers need the math-verify worker 
 import re
 from fractions import Fraction
 
-
 _UNIT_WORDS = (
     "square units|square feet|square inches|square meters|square centimeters|sq units|units|unit|"
     "degrees|degree|radians|cm|mm|km|m|meters|meter|metres|inches|inch|in|feet|foot|ft|miles|mile|mph|"

@@ -23,7 +23,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import wait
 
-
 WORKER_MEMORY_LIMIT_BYTES = 3 * 1024**3
 """Address-space limit of a worker: a sympy bomb fails fast with MemoryError instead of swapping the machine."""
 
