@@ -1,0 +1,89 @@
+"""GRPO advantages over groups of different sizes (algorithm.md section 7: (r - mean) / (std + eps) per group).
+
+TRL computes advantages with `rewards.view(-1, num_generations)`, which needs equal groups. These functions take a
+group id per row instead and reproduce TRL 1.16's formulas for any group sizes: nan-aware group mean, Bessel-corrected
+nan-aware std (NaN when a group has fewer than two scored rows), eps 1e-4, `scale_rewards` "group" / "batch" / "none",
+`multi_objective_aggregation` "sum_then_normalize" / "normalize_then_sum", and advantage 0 for rows every reward
+function left unscored (NaN) and for a group of one.
+"""
+
+from __future__ import annotations
+
+import torch
+from trl.trainer.utils import nanstd
+
+EPS = 1e-4
+
+
+def segment_nanmean(values: torch.Tensor, group_ids: torch.Tensor, num_groups: int) -> torch.Tensor:
+    """Per-group mean of `values` (N,), ignoring NaN; NaN for a group without a finite value."""
+    valid = ~torch.isnan(values)
+    sums = values.new_zeros(num_groups).index_add_(0, group_ids, torch.where(valid, values, 0.0))
+    counts = values.new_zeros(num_groups).index_add_(0, group_ids, valid.to(values.dtype))
+    return sums / counts
+
+
+def segment_nanstd(values: torch.Tensor, group_ids: torch.Tensor, num_groups: int) -> torch.Tensor:
+    """Per-group Bessel-corrected std of `values` (N,), ignoring NaN, like `trl.trainer.utils.nanstd` on each group."""
+    valid = ~torch.isnan(values)
+    counts = values.new_zeros(num_groups).index_add_(0, group_ids, valid.to(values.dtype))
+    mean = segment_nanmean(values, group_ids, num_groups)
+    squared = torch.where(valid, (values - mean[group_ids]) ** 2, 0.0)
+    variance = values.new_zeros(num_groups).index_add_(0, group_ids, squared) / (counts - 1)
+    return torch.sqrt(torch.where(counts > 1, variance, torch.full_like(variance, float("nan"))))
+
+
+def _batch_std(rewards: torch.Tensor) -> torch.Tensor:
+    return nanstd(rewards) if rewards.numel() > 1 else torch.zeros((), device=rewards.device)
+
+
+def group_advantages(
+    rewards_per_func: torch.Tensor,
+    group_ids: torch.Tensor,
+    num_groups: int,
+    reward_weights: torch.Tensor,
+    scale_rewards: str = "group",
+    multi_objective_aggregation: str = "sum_then_normalize",
+) -> torch.Tensor:
+    """Advantages (N,) from the gathered rewards (N, num_funcs) and each row's group id in [0, num_groups)."""
+    weights = reward_weights.to(rewards_per_func.device).unsqueeze(0)
+    unscorable = torch.isnan(rewards_per_func).all(dim=1)
+    if multi_objective_aggregation == "sum_then_normalize":
+        rewards = (rewards_per_func * weights).nansum(dim=1)
+        rewards[unscorable] = torch.nan
+        advantages = rewards - segment_nanmean(rewards, group_ids, num_groups)[group_ids]
+        if scale_rewards == "group":
+            advantages = advantages / (segment_nanstd(rewards, group_ids, num_groups)[group_ids] + EPS)
+        elif scale_rewards == "batch":
+            advantages = advantages / (_batch_std(rewards) + EPS)
+        elif scale_rewards != "none":
+            raise ValueError(f"scale_rewards ({scale_rewards!r}) must be one of 'group', 'batch' or 'none'.")
+    elif multi_objective_aggregation == "normalize_then_sum":
+        normalized = torch.stack(
+            [
+                (column - segment_nanmean(column, group_ids, num_groups)[group_ids])
+                / (segment_nanstd(column, group_ids, num_groups)[group_ids] + EPS)
+                for column in rewards_per_func.unbind(dim=1)
+            ],
+            dim=1,
+        )
+        rewards = (normalized * weights).nansum(dim=1)
+        rewards[unscorable] = torch.nan
+        advantages = (rewards - torch.nanmean(rewards)) / (_batch_std(rewards) + EPS)
+    else:
+        raise ValueError(
+            f"multi_objective_aggregation ({multi_objective_aggregation!r}) must be 'sum_then_normalize' or "
+            "'normalize_then_sum'."
+        )
+    return torch.nan_to_num(advantages, nan=0.0)
+
+
+def zero_std_group_fraction(
+    rewards_per_func: torch.Tensor, group_ids: torch.Tensor, num_groups: int, reward_weights: torch.Tensor
+) -> float:
+    """Fraction of *groups* whose weighted reward has zero spread (a group of one counts as zero spread)."""
+    rewards = (rewards_per_func * reward_weights.to(rewards_per_func.device).unsqueeze(0)).nansum(dim=1)
+    rewards[torch.isnan(rewards_per_func).all(dim=1)] = torch.nan
+    sizes = torch.bincount(group_ids, minlength=num_groups)
+    std = torch.where(sizes > 1, segment_nanstd(rewards, group_ids, num_groups), 0.0)
+    return torch.isclose(std, torch.zeros_like(std)).float().mean().item()

@@ -1,0 +1,185 @@
+"""`CoBAConfig`: `GRPOConfig` plus the fields of CoBA-RL's rollout-budget allocation (algorithm.md sections 2-5)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from trl import GRPOConfig
+
+ALLOCATORS = ("coba", "knapsack", "uniform")
+
+
+@dataclass
+class CoBAConfig(GRPOConfig):
+    r"""
+    Configuration class for [`CoBAGRPOTrainer`]: GRPO with a per-prompt number of generations chosen by CoBA-RL
+    (arXiv 2602.03048) or Knapsack-RL.
+
+    `num_generations` keeps its TRL meaning as the *mean* group size G: one generation round makes
+    `generation_batch_size` completions for `generation_batch_size / num_generations` distinct prompts, and the
+    allocator splits that fixed total unevenly over the prompts. With `budget_allocator="uniform"` every prompt gets
+    exactly G completions, which is plain GRPO. All other parameters are those of [`~trl.GRPOConfig`].
+
+    Parameters:
+        > Parameters that control the budget allocation
+
+        budget_allocator (`str`, *optional*, defaults to `"coba"`):
+            How a round's completions are split over its prompts: `"coba"` (capability-oriented value function and
+            heap greedy), `"knapsack"` (Knapsack-RL's value) or `"uniform"` (every prompt gets `num_generations`,
+            i.e. GRPO).
+        min_generations (`int`, *optional*, defaults to `2`):
+            Fewest completions a prompt can get (B_low). At most `num_generations`.
+        max_generations (`int`, *optional*, defaults to `128`):
+            Most completions a prompt can get (B_up). At least `num_generations`.
+
+        > Parameters that control the capability estimate of CoBA-RL
+
+        coba_kappa (`float`, *optional*, defaults to `11.0`):
+            Concentration kappa = alpha_t + beta_t of the Beta value density; alpha_t is clipped to [1, kappa - 1].
+        coba_window (`int`, *optional*, defaults to `1`):
+            Number k of past rounds whose failure rates F_t are averaged into F_bar_t.
+        coba_gamma (`float`, *optional*, defaults to `10.0`):
+            Slope gamma of the sigmoid that maps F_bar_t <= 0.5 to F_tilde_t.
+        coba_tau (`float` or `None`, *optional*, defaults to `None`):
+            Saturation scale tau of the value function. `None` recomputes it each round from the spread of the pass
+            rates (tau in [3, 12], as the released code does).
+        coba_heap_fraction (`float` or `None`, *optional*, defaults to `None`):
+            Share of the budget above B_low handed out by the heap greedy. `None` uses the released rule (0.6 to 0.8
+            depending on how many prompts are in the exploration band); `1.0` with thresholds 0 and 1 is the paper's
+            pure-heap description.
+        coba_hard_threshold (`float`, *optional*, defaults to `0.05`):
+            Prompts with a pass rate below this are "very hard": they skip the heap and share the leftover budget.
+        coba_easy_threshold (`float`, *optional*, defaults to `0.99`):
+            Prompts with a pass rate above this are "very easy": they skip the heap and come last for leftovers.
+
+        > Parameters that control the pass-rate history
+
+        pass_rate_window (`int`, *optional*, defaults to `1`):
+            Number of past appearances of a prompt pooled into its pass rate p_i.
+        success_reward_func (`str` or `None`, *optional*, defaults to `None`):
+            Name of the reward function (as logged under `rewards/<name>/mean`) whose value defines a success. `None`
+            uses the first reward function.
+        success_threshold (`float`, *optional*, defaults to `1.0`):
+            A completion is a success when that reward is >= this value (a NaN reward is a failure), so continuous
+            rewards work too.
+        prompt_id_column (`str` or `None`, *optional*, defaults to `None`):
+            Dataset column holding a stable prompt id (str or int). `None` uses the dataset row index.
+        prior_pass_rate_column (`str` or `None`, *optional*, defaults to `None`):
+            Dataset column holding an offline pass-rate estimate in [0, 1] (NaN or None = unknown), used for prompts
+            without history so allocation can start at the first step.
+    """
+
+    budget_allocator: str = field(
+        default="coba",
+        metadata={
+            "help": "How a round's completions are split over its prompts: 'coba', 'knapsack' or 'uniform' (every "
+            "prompt gets num_generations, i.e. GRPO).",
+            "choices": list(ALLOCATORS),
+        },
+    )
+    min_generations: int = field(
+        default=2,
+        metadata={"help": "Fewest completions a prompt can get (B_low). At most num_generations."},
+    )
+    max_generations: int = field(
+        default=128,
+        metadata={"help": "Most completions a prompt can get (B_up). At least num_generations."},
+    )
+    coba_kappa: float = field(
+        default=11.0,
+        metadata={"help": "Concentration kappa = alpha + beta of the Beta value density."},
+    )
+    coba_window: int = field(
+        default=1,
+        metadata={"help": "Number of past rounds whose failure rates are averaged into the capability estimate."},
+    )
+    coba_gamma: float = field(
+        default=10.0,
+        metadata={"help": "Slope gamma of the sigmoid applied to smoothed failure rates <= 0.5."},
+    )
+    coba_tau: float | None = field(
+        default=None,
+        metadata={
+            "help": "Saturation scale tau of the value function; None = adaptive (3 to 12, from the pass rates)."
+        },
+    )
+    coba_heap_fraction: float | None = field(
+        default=None,
+        metadata={
+            "help": "Share of the budget above min_generations handed out by the heap greedy; None = released rule "
+            "(0.6 to 0.8)."
+        },
+    )
+    coba_hard_threshold: float = field(
+        default=0.05,
+        metadata={"help": "Pass rates below this are 'very hard' and skip the heap."},
+    )
+    coba_easy_threshold: float = field(
+        default=0.99,
+        metadata={"help": "Pass rates above this are 'very easy' and skip the heap."},
+    )
+    pass_rate_window: int = field(
+        default=1,
+        metadata={"help": "Number of past appearances of a prompt pooled into its pass rate."},
+    )
+    success_reward_func: str | None = field(
+        default=None,
+        metadata={"help": "Name of the reward function whose value defines a success; None = the first one."},
+    )
+    success_threshold: float = field(
+        default=1.0,
+        metadata={"help": "A completion is a success when the success reward is >= this value (NaN = failure)."},
+    )
+    prompt_id_column: str | None = field(
+        default=None,
+        metadata={"help": "Dataset column with a stable prompt id; None = the dataset row index."},
+    )
+    prior_pass_rate_column: str | None = field(
+        default=None,
+        metadata={"help": "Dataset column with an offline pass-rate estimate used for prompts without history."},
+    )
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.budget_allocator not in ALLOCATORS:
+            raise ValueError(f"budget_allocator ({self.budget_allocator!r}) must be one of {list(ALLOCATORS)}.")
+        if self.min_generations < 1:
+            raise ValueError(f"min_generations ({self.min_generations}) must be at least 1.")
+        if self.min_generations > self.max_generations:
+            raise ValueError(
+                f"min_generations ({self.min_generations}) must not exceed max_generations ({self.max_generations}); "
+                "lower min_generations or raise max_generations."
+            )
+        if self.max_generations < self.num_generations:
+            raise ValueError(
+                f"max_generations ({self.max_generations}) must be at least num_generations ({self.num_generations}), "
+                "the mean group size, or the round's budget cannot be spent; raise max_generations."
+            )
+        if self.min_generations > self.num_generations:
+            raise ValueError(
+                f"min_generations ({self.min_generations}) must not exceed num_generations ({self.num_generations}), "
+                "the mean group size, or every prompt cannot get its minimum; lower min_generations."
+            )
+        if self.pass_rate_window < 1:
+            raise ValueError(f"pass_rate_window ({self.pass_rate_window}) must be at least 1.")
+        if not math.isfinite(self.success_threshold):
+            raise ValueError(f"success_threshold ({self.success_threshold}) must be a finite number.")
+        self.build_allocator()
+
+    def build_allocator(self):
+        """The allocator these fields describe (a `coba_trl.allocation` object); raises `ValueError` on bad values."""
+        from coba_trl.allocation import build_allocator
+
+        return build_allocator(
+            self.budget_allocator,
+            min_budget=self.min_generations,
+            max_budget=self.max_generations,
+            kappa=self.coba_kappa,
+            window=self.coba_window,
+            gamma=self.coba_gamma,
+            tau=self.coba_tau,
+            heap_fraction=self.coba_heap_fraction,
+            hard_threshold=self.coba_hard_threshold,
+            easy_threshold=self.coba_easy_threshold,
+        )

@@ -1,0 +1,126 @@
+"""Tiny offline CoBA / GRPO runs for the trainer tests, and the script the two-process test launches.
+
+`torchrun --nproc_per_node 2 tests/scripts/tiny_coba.py OUT_DIR` trains a tiny Qwen2 on CPU (gloo) with uneven
+groups and writes, per rank, the allocations, the pass-rate history and the row counts to OUT_DIR/rank{R}.json.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import numpy as np  # noqa: E402
+from datasets import Dataset  # noqa: E402
+
+from coba_trl.tiny import build_byte_tokenizer, build_tiny_qwen2  # noqa: E402
+
+TINY_ARGS = dict(
+    max_completion_length=8,
+    bf16=False,
+    use_cpu=True,
+    report_to="none",
+    logging_steps=1,
+    save_strategy="no",
+    gradient_checkpointing=False,
+    learning_rate=1e-2,
+    dataloader_num_workers=0,
+    disable_tqdm=True,
+)
+
+
+def prompt_dataset(num_prompts: int = 16) -> Dataset:
+    """Plain-text prompts with a stable id column."""
+    return Dataset.from_dict(
+        {"prompt": [f"Question {i}:" for i in range(num_prompts)], "uid": [f"q{i}" for i in range(num_prompts)]}
+    )
+
+
+def parity_reward(completions, **kwargs):
+    """1.0 for an even-length completion: a random but deterministic-given-the-completion success."""
+    return [float(len(c) % 2 == 0) for c in completions]
+
+
+def step_reward(completions, uid, trainer_state, **kwargs):
+    """A reward that depends only on the prompt and the step, so runs agree whatever the completions."""
+    return [float((int(u[1:]) + trainer_state.global_step) % 3 == 0) for u in uid]
+
+
+def tiny_model(hidden_size: int = 16):
+    tokenizer = build_byte_tokenizer()
+    return build_tiny_qwen2(tokenizer, hidden_size=hidden_size), tokenizer
+
+
+class Recorder:
+    """Records, per generation round, the gathered rewards and the local advantages a trainer produces."""
+
+    def __init__(self, trainer):
+        self.rewards, self.advantages, self.allocations = [], [], []
+        calculate, generate = trainer._calculate_rewards, trainer._generate_and_score_completions
+
+        def record_rewards(*args, **kwargs):
+            rewards = calculate(*args, **kwargs)
+            self.rewards.append(rewards.clone())
+            return rewards
+
+        def record_advantages(inputs):
+            output = generate(inputs)
+            self.advantages.append(output["advantages"].clone())
+            return output
+
+        trainer._calculate_rewards = record_rewards
+        trainer._generate_and_score_completions = record_advantages
+        if hasattr(trainer, "allocator"):
+            allocate = trainer.allocator.allocate
+
+            def record_allocation(pass_rates, total_budget):
+                sizes = allocate(pass_rates, total_budget)
+                self.allocations.append([int(s) for s in sizes])
+                return sizes
+
+            trainer.allocator.allocate = record_allocation
+
+
+def main(out_dir: str) -> None:
+    """Two-process run with uneven groups; every rank dumps what it saw."""
+    from coba_trl import CoBAConfig, CoBAGRPOTrainer
+
+    model, tokenizer = tiny_model()
+    args = CoBAConfig(
+        output_dir=out_dir,
+        per_device_train_batch_size=4,
+        num_generations=4,
+        gradient_accumulation_steps=2,
+        max_steps=3,
+        min_generations=1,
+        budget_allocator="coba",
+        prompt_id_column="uid",
+        seed=3,
+        **TINY_ARGS,
+    )
+    dataset = prompt_dataset(8)  # 4 prompts per round over 2 epochs: round 3 sees prompts with history
+    dataset = Dataset.from_dict({key: dataset[key] * 2 for key in dataset.column_names})
+    trainer = CoBAGRPOTrainer(model, parity_reward, args=args, train_dataset=dataset, processing_class=tokenizer)
+    sizes = iter([[1, 9, 5, 1], [2, 2, 7, 5], [3, 3, 3, 7]])
+    trainer.allocator.allocate = lambda pass_rates, total_budget: np.array(next(sizes))
+    recorder = Recorder(trainer)
+    trainer.train()
+    rank = trainer.accelerator.process_index
+    with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
+        json.dump(
+            {
+                "rows": [len(a) for a in recorder.advantages],
+                "rewards": [r.tolist() for r in recorder.rewards],
+                "history": trainer.pass_rate_history.state_dict(),
+                "allocator": trainer.allocator.state_dict(),
+                "global_step": trainer.state.global_step,
+            },
+            f,
+        )
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

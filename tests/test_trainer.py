@@ -1,0 +1,121 @@
+"""CoBAGRPOTrainer in one process: GRPO parity, variable-group advantages, telemetry and the model card."""
+
+import numpy as np
+import pytest
+import torch
+from scripts.tiny_coba import TINY_ARGS, Recorder, parity_reward, prompt_dataset, tiny_model
+from trl import GRPOConfig, GRPOTrainer
+
+from coba_trl import CoBAConfig, CoBAGRPOTrainer
+
+
+def _train(trainer_cls, config_cls, tmp_path, reward_funcs=parity_reward, stub_sizes=None, **overrides):
+    model, tokenizer = tiny_model()
+    args = config_cls(output_dir=str(tmp_path), **{**TINY_ARGS, **overrides})
+    trainer = trainer_cls(model, reward_funcs, args=args, train_dataset=prompt_dataset(), processing_class=tokenizer)
+    if stub_sizes is not None:
+        sizes = iter(stub_sizes)
+        trainer.allocator.allocate = lambda pass_rates, total_budget: np.array(next(sizes))
+    recorder = Recorder(trainer)
+    trainer.train()
+    return trainer, recorder
+
+
+@pytest.mark.parametrize(
+    "layout",
+    [
+        dict(per_device_train_batch_size=8, num_generations=4, max_steps=3),
+        dict(
+            per_device_train_batch_size=4,
+            num_generations=2,
+            gradient_accumulation_steps=2,
+            num_iterations=2,
+            max_steps=3,
+        ),
+    ],
+    ids=["one-step-per-round", "grad-accum-and-iterations"],
+)
+def test_uniform_allocation_reproduces_grpo(tmp_path, layout):
+    grpo, grpo_log = _train(GRPOTrainer, GRPOConfig, tmp_path / "grpo", seed=7, **layout)
+    coba, coba_log = _train(
+        CoBAGRPOTrainer, CoBAConfig, tmp_path / "coba", seed=7, budget_allocator="uniform", **layout
+    )
+    assert len(coba_log.rewards) == len(grpo_log.rewards) >= 2
+    for ours, theirs in zip(coba_log.rewards, grpo_log.rewards, strict=True):
+        torch.testing.assert_close(ours, theirs, atol=1e-6, rtol=0)
+    for ours, theirs in zip(coba_log.advantages, grpo_log.advantages, strict=True):
+        torch.testing.assert_close(ours, theirs, atol=1e-6, rtol=0)
+    ours = [h["loss"] for h in coba.state.log_history if "loss" in h]
+    theirs = [h["loss"] for h in grpo.state.log_history if "loss" in h]
+    np.testing.assert_allclose(ours, theirs, atol=1e-6, rtol=0)
+
+
+def _numpy_advantages(rewards, sizes, scale_rewards):
+    """Reference: per-group (r - mean) / (std + 1e-4) with Bessel std, written with numpy from algorithm.md 7."""
+    group_ids = np.repeat(np.arange(len(sizes)), sizes)
+    advantages = np.zeros_like(rewards)
+    for group in range(len(sizes)):
+        r = rewards[group_ids == group]
+        centred = r - r.mean()
+        if scale_rewards == "group":
+            centred = centred / (r.std(ddof=1) + 1e-4) if len(r) > 1 else 0.0 * centred
+        elif scale_rewards == "batch":
+            centred = centred / (rewards.std(ddof=1) + 1e-4)
+        advantages[group_ids == group] = centred
+    return advantages
+
+
+@pytest.mark.parametrize("scale_rewards", ["group", "batch", "none"])
+def test_scripted_allocation_gives_those_groups_and_numpy_advantages(tmp_path, scale_rewards):
+    sizes = [[2, 11, 5, 2], [1, 3, 12, 4]]
+    trainer, log = _train(
+        CoBAGRPOTrainer,
+        CoBAConfig,
+        tmp_path,
+        stub_sizes=sizes,
+        per_device_train_batch_size=20,
+        num_generations=5,
+        min_generations=1,
+        max_steps=2,
+        scale_rewards=scale_rewards,
+    )
+    for round_sizes, rewards, advantages in zip(sizes, log.rewards, log.advantages, strict=True):
+        assert len(rewards) == len(advantages) == sum(round_sizes)
+        expected = _numpy_advantages(rewards[:, 0].numpy().astype(np.float64), round_sizes, scale_rewards)
+        np.testing.assert_allclose(advantages.numpy(), expected, atol=1e-5)
+    history = trainer.pass_rate_history.state_dict()
+    assert len(trainer.pass_rate_history) == 8  # two rounds of 4 distinct prompts
+    assert history
+
+
+def test_telemetry_and_fixed_metrics_reach_the_logs(tmp_path):
+    trainer, log = _train(
+        CoBAGRPOTrainer,
+        CoBAConfig,
+        tmp_path,
+        stub_sizes=[[1, 3, 12, 4]],
+        per_device_train_batch_size=20,
+        num_generations=5,
+        min_generations=1,
+        max_steps=1,
+    )
+    logs = trainer.state.log_history[0]
+    assert (logs["budget/min"], logs["budget/max"], logs["budget/mean"]) == (1.0, 12.0, 5.0)
+    assert logs["budget/mean_by_pass_rate/unseen"] == 5.0
+    assert logs["coba/allocation_time"] >= 0.0
+    assert logs["coba/prompts_with_history"] == 0.0
+    rewards = log.rewards[0][:, 0].numpy()
+    groups = np.split(rewards, np.cumsum([1, 3, 12])[:])
+    expected_zero_std = np.mean([len(g) == 1 or np.ptp(g) == 0 for g in groups])
+    assert logs["frac_reward_zero_std"] == pytest.approx(expected_zero_std)
+    np.testing.assert_allclose(list(trainer._logs["advantages"]), log.advantages[0].numpy(), atol=1e-6)
+
+
+def test_model_card_names_coba(tmp_path):
+    trainer, _ = _train(
+        CoBAGRPOTrainer, CoBAConfig, tmp_path, per_device_train_batch_size=4, num_generations=2, max_steps=1
+    )
+    trainer.create_model_card(model_name="tiny")
+    card = (tmp_path / "README.md").read_text()
+    assert "coba-rl" in card
+    assert "2602.03048" in card
