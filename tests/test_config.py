@@ -1,0 +1,54 @@
+"""CoBAConfig: defaults, parsing from YAML and the command line, and its validation errors."""
+
+import pytest
+from trl import TrlParser
+
+from coba_trl import CoBAConfig
+
+BASE = dict(per_device_train_batch_size=8, num_generations=4, use_cpu=True, report_to="none", bf16=False)
+
+
+def test_defaults_follow_the_released_code(tmp_path):
+    args = CoBAConfig(output_dir=str(tmp_path), **BASE)
+    assert (args.budget_allocator, args.min_generations, args.max_generations) == ("coba", 2, 128)
+    assert (args.coba_kappa, args.coba_window, args.coba_gamma) == (11.0, 1, 10.0)
+    assert args.coba_tau is None and args.coba_heap_fraction is None
+    assert (args.coba_hard_threshold, args.coba_easy_threshold) == (0.05, 0.99)
+    assert (args.pass_rate_window, args.success_threshold) == (1, 1.0)
+    assert args.success_reward_func is None and args.prompt_id_column is None and args.prior_pass_rate_column is None
+
+
+def test_trl_parser_reads_yaml_and_command_line(tmp_path):
+    config = tmp_path / "coba.yaml"
+    config.write_text(
+        f"output_dir: {tmp_path}\nbudget_allocator: knapsack\nmax_generations: 64\ncoba_tau: 5.0\n"
+        "per_device_train_batch_size: 8\nnum_generations: 4\nuse_cpu: true\nbf16: false\nreport_to: none\n"
+    )
+    (args,) = TrlParser((CoBAConfig,)).parse_args_and_config(
+        ["--config", str(config), "--max_generations", "32", "--prompt_id_column", "uid", "--success_threshold", "0.5"]
+    )
+    assert isinstance(args, CoBAConfig)
+    assert (args.budget_allocator, args.max_generations, args.coba_tau) == ("knapsack", 32, 5.0)
+    assert (args.prompt_id_column, args.success_threshold) == ("uid", 0.5)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "field"),
+    [
+        (dict(min_generations=8, max_generations=6), "min_generations"),
+        (dict(max_generations=3), "max_generations"),
+        (dict(min_generations=5), "min_generations"),
+        (dict(min_generations=0), "min_generations"),
+        (dict(budget_allocator="greedy"), "budget_allocator"),
+        (dict(pass_rate_window=0), "pass_rate_window"),
+        (dict(success_threshold=float("nan")), "success_threshold"),
+    ],
+)
+def test_bad_fields_name_themselves(tmp_path, overrides, field):
+    with pytest.raises(ValueError, match=field):
+        CoBAConfig(output_dir=str(tmp_path), **{**BASE, **overrides})
+
+
+def test_bad_allocator_parameters_fail_at_construction(tmp_path):
+    with pytest.raises(ValueError):
+        CoBAConfig(output_dir=str(tmp_path), coba_kappa=1.0, **BASE)

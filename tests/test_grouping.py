@@ -1,0 +1,120 @@
+"""Expansion / deal of groups over processes, and advantages over variable-size groups."""
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from trl.trainer.utils import nanstd
+
+from coba_trl.advantages import group_advantages, zero_std_group_fraction
+from coba_trl.grouping import deal_groups, expected_length_weight, imbalance
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    sizes=st.lists(st.integers(1, 40), min_size=1, max_size=24),
+    num_ranks=st.sampled_from([1, 2, 3, 4, 8]),
+    seed=st.integers(0, 1000),
+)
+def test_deal_gives_every_rank_the_same_rows_and_loses_none(sizes, num_ranks, seed):
+    sizes = np.array(sizes)
+    sizes[0] += (-sizes.sum()) % num_ranks  # make the total divisible
+    weights = expected_length_weight(np.random.default_rng(seed).uniform(size=len(sizes)))
+    dealt = deal_groups(sizes, num_ranks, weights)
+    assert {len(rows) for rows in dealt} == {sizes.sum() // num_ranks}
+    np.testing.assert_array_equal(np.bincount(np.concatenate(dealt), minlength=len(sizes)), sizes)
+    assert all(np.all(np.diff(rows) >= 0) for rows in dealt)  # groups stay contiguous within a rank
+    again = deal_groups(sizes, num_ranks, weights)
+    assert all(np.array_equal(a, b) for a, b in zip(dealt, again, strict=True))
+
+
+def test_one_rank_keeps_the_grpo_row_order():
+    (rows,) = deal_groups(np.array([3, 1, 2]), 1)
+    np.testing.assert_array_equal(rows, [0, 0, 0, 1, 2, 2])
+
+
+def test_large_groups_are_spread_and_tokens_balanced():
+    rng = np.random.default_rng(0)
+    pass_rates = rng.uniform(size=64)
+    sizes = np.full(64, 8)
+    sizes[:4] = [128, 96, 64, 64]
+    sizes[4:] = 2
+    sizes[-1] += 512 - sizes.sum()
+    weights = expected_length_weight(pass_rates)
+    dealt = deal_groups(sizes, 8, weights)
+    for group in range(4):  # a big group lands about evenly on every rank
+        per_rank = [np.sum(rows == group) for rows in dealt]
+        assert max(per_rank) - min(per_rank) <= 2
+    assert imbalance(dealt) == 1.0
+    assert imbalance(dealt, weights) <= 1.02
+
+
+def test_deal_rejects_an_uneven_total():
+    with pytest.raises(ValueError, match="evenly"):
+        deal_groups(np.array([3, 2]), 2)
+
+
+def _trl_equal_group_advantages(rewards_per_func, weights, num_generations, scale_rewards, aggregation):
+    """TRL 1.16's formulas for equal groups (the `view(-1, G)` path), as the reference."""
+    unscorable = torch.isnan(rewards_per_func).all(dim=1)
+    if aggregation == "sum_then_normalize":
+        rewards = (rewards_per_func * weights).nansum(dim=1)
+        rewards[unscorable] = torch.nan
+        grouped = rewards.view(-1, num_generations)
+        mean = torch.nanmean(grouped, dim=1).repeat_interleave(num_generations)
+        if scale_rewards == "batch":
+            std = nanstd(rewards).expand_as(rewards)
+        else:
+            std = nanstd(grouped, dim=1).repeat_interleave(num_generations)
+        advantages = rewards - mean
+        if scale_rewards != "none":
+            advantages = advantages / (std + 1e-4)
+    else:
+        grouped = rewards_per_func.view(-1, num_generations, rewards_per_func.shape[1])
+        normalized = (grouped - torch.nanmean(grouped, dim=1, keepdim=True)) / (
+            nanstd(grouped, dim=1, keepdim=True) + 1e-4
+        )
+        rewards = (normalized.view(-1, rewards_per_func.shape[1]) * weights).nansum(dim=1)
+        rewards[unscorable] = torch.nan
+        advantages = (rewards - torch.nanmean(rewards)) / (nanstd(rewards) + 1e-4)
+    return torch.nan_to_num(advantages, nan=0.0)
+
+
+@pytest.mark.parametrize("scale_rewards", ["group", "batch", "none"])
+@pytest.mark.parametrize("aggregation", ["sum_then_normalize", "normalize_then_sum"])
+def test_equal_groups_match_trl_including_nan_and_weights(scale_rewards, aggregation):
+    torch.manual_seed(0)
+    rewards = torch.randn(24, 2)
+    rewards[3, 0] = torch.nan  # one function unscored
+    rewards[5] = torch.nan  # every function unscored: advantage 0
+    rewards[8:12, 1] = 1.0  # a zero-std group for the second function
+    weights = torch.tensor([1.0, 0.5])
+    group_ids = torch.arange(6).repeat_interleave(4)
+    ours = group_advantages(rewards, group_ids, 6, weights, scale_rewards, aggregation)
+    theirs = _trl_equal_group_advantages(rewards, weights, 4, scale_rewards, aggregation)
+    torch.testing.assert_close(ours, theirs, atol=1e-6, rtol=1e-5)
+    assert ours[5] == 0.0
+
+
+@pytest.mark.parametrize("scale_rewards", ["group", "batch", "none"])
+def test_a_group_of_one_gets_advantage_zero(scale_rewards):
+    rewards = torch.tensor([[1.0], [0.0], [1.0], [0.0], [1.0]])
+    group_ids = torch.tensor([0, 1, 1, 1, 2])
+    advantages = group_advantages(rewards, group_ids, 3, torch.ones(1), scale_rewards)
+    assert advantages[0] == 0.0 and advantages[4] == 0.0
+    assert advantages[2] > 0 > advantages[1]
+
+
+def test_unknown_modes_name_the_field():
+    rewards, group_ids = torch.zeros(4, 1), torch.tensor([0, 0, 1, 1])
+    with pytest.raises(ValueError, match="scale_rewards"):
+        group_advantages(rewards, group_ids, 2, torch.ones(1), "per-token")
+    with pytest.raises(ValueError, match="multi_objective_aggregation"):
+        group_advantages(rewards, group_ids, 2, torch.ones(1), "group", "product")
+
+
+def test_zero_std_fraction_counts_groups_not_rows():
+    rewards = torch.tensor([[1.0], [1.0], [1.0], [1.0], [0.0], [1.0], [0.5]])
+    group_ids = torch.tensor([0, 0, 0, 0, 1, 1, 2])  # a constant group of 4, a mixed pair, a group of one
+    assert zero_std_group_fraction(rewards, group_ids, 3, torch.ones(1)) == pytest.approx(2 / 3)

@@ -1,0 +1,116 @@
+"""Construction-time errors of CoBAGRPOTrainer, and the TRL upgrade-safety checks."""
+
+import pytest
+from datasets import Dataset, IterableDataset
+from scripts.tiny_coba import TINY_ARGS, parity_reward, prompt_dataset, tiny_model
+from trl import GRPOConfig, GRPOTrainer
+from trl.trainer.utils import RepeatSampler
+
+from coba_trl import CoBAConfig, CoBAGRPOTrainer
+from coba_trl.compat import check_signatures, check_trl_version
+from coba_trl.validation import check_round_layout
+
+
+@pytest.fixture(scope="module")
+def model_and_tokenizer():
+    return tiny_model()
+
+
+def _build(tmp_path, model_and_tokenizer, args=None, train_dataset=None, **kwargs):
+    model, tokenizer = model_and_tokenizer
+    args = args or CoBAConfig(output_dir=str(tmp_path), per_device_train_batch_size=8, num_generations=4, **TINY_ARGS)
+    dataset = prompt_dataset() if train_dataset is None else train_dataset
+    return CoBAGRPOTrainer(
+        model, parity_reward, args=args, train_dataset=dataset, processing_class=tokenizer, **kwargs
+    )
+
+
+def test_prompts_per_round_must_divide_over_processes():
+    with pytest.raises(ValueError, match="number of processes"):
+        check_round_layout(generation_batch_size=12, num_generations=4, num_processes=2, steps_per_generation=1)
+    assert check_round_layout(16, 4, 2, 2) == 4
+
+
+def test_rows_per_process_must_divide_by_steps_per_generation(tmp_path, model_and_tokenizer):
+    with pytest.raises(ValueError, match="steps_per_generation"):
+        check_round_layout(generation_batch_size=16, num_generations=4, num_processes=2, steps_per_generation=3)
+    args = CoBAConfig(output_dir=str(tmp_path), per_device_train_batch_size=8, num_generations=4, **TINY_ARGS)
+    args.steps_per_generation = 3
+    with pytest.raises(ValueError, match="steps_per_generation"):
+        _build(tmp_path, model_and_tokenizer, args=args)
+
+
+def test_a_grpo_config_is_refused(tmp_path, model_and_tokenizer):
+    args = GRPOConfig(output_dir=str(tmp_path), per_device_train_batch_size=8, num_generations=4, **TINY_ARGS)
+    with pytest.raises(ValueError, match="CoBAConfig"):
+        _build(tmp_path, model_and_tokenizer, args=args)
+
+
+def test_an_iterable_dataset_is_refused(tmp_path, model_and_tokenizer):
+    stream = IterableDataset.from_generator(lambda: iter([{"prompt": "a"}]))
+    with pytest.raises(ValueError, match="IterableDataset"):
+        _build(tmp_path, model_and_tokenizer, train_dataset=stream)
+
+
+@pytest.mark.parametrize("field", ["prompt_id_column", "prior_pass_rate_column"])
+def test_a_missing_column_names_the_field(tmp_path, model_and_tokenizer, field):
+    args = CoBAConfig(
+        output_dir=str(tmp_path), per_device_train_batch_size=8, num_generations=4, **{field: "nope"}, **TINY_ARGS
+    )
+    with pytest.raises(ValueError, match=field):
+        _build(tmp_path, model_and_tokenizer, args=args)
+
+
+@pytest.mark.parametrize(
+    ("feature", "value"),
+    [("environment_factory", object), ("rollout_func", lambda prompts, trainer: {})],
+)
+def test_unsupported_grpo_features_are_refused(tmp_path, model_and_tokenizer, feature, value):
+    with pytest.raises(ValueError, match=feature):
+        _build(tmp_path, model_and_tokenizer, **{feature: value})
+
+
+def test_an_unknown_success_reward_func_is_refused(tmp_path, model_and_tokenizer):
+    args = CoBAConfig(
+        output_dir=str(tmp_path),
+        per_device_train_batch_size=8,
+        num_generations=4,
+        success_reward_func="accuracy",
+        **TINY_ARGS,
+    )
+    with pytest.raises(ValueError, match="success_reward_func"):
+        _build(tmp_path, model_and_tokenizer, args=args)
+
+
+def test_prompt_id_and_prior_columns_survive_remove_unused_columns(tmp_path, model_and_tokenizer):
+    dataset = Dataset.from_dict({"prompt": ["a", "b", "c", "d"], "uid": list("abcd"), "prior": [0.1, None, 0.5, 1]})
+    args = CoBAConfig(
+        output_dir=str(tmp_path),
+        per_device_train_batch_size=8,
+        num_generations=4,
+        prompt_id_column="uid",
+        prior_pass_rate_column="prior",
+        remove_unused_columns=True,
+        **TINY_ARGS,
+    )
+    batch = next(iter(_build(tmp_path, model_and_tokenizer, args=args, train_dataset=dataset).get_train_dataloader()))
+    assert len(batch) == 2 and {"prompt", "uid", "prior"} <= set(batch[0])
+
+
+def test_untested_trl_versions_fail_loudly():
+    check_trl_version("1.16.0")
+    check_trl_version("1.16.9")
+    for version in ("1.15.2", "1.17.0", "2.0.0"):
+        with pytest.raises(ImportError, match="trl>=1.16,<1.17"):
+            check_trl_version(version)
+
+
+def test_a_changed_signature_fails_loudly():
+    check_signatures(GRPOTrainer, RepeatSampler)
+
+    class Drifted(GRPOTrainer):
+        def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list, extra):
+            raise NotImplementedError
+
+    with pytest.raises(ImportError, match="_calculate_rewards"):
+        check_signatures(Drifted, RepeatSampler)
