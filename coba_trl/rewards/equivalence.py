@@ -5,8 +5,8 @@ it in worker processes that are killed on time-out (``pool.py``). Inside a worke
 `signal.alarm` time-outs still work and act as a first line of defence.
 
 math-verify conventions (``shared/docs/data-and-rewards.md``): `verify(gold, pred)` takes the gold answer first;
-its LaTeX extraction needs a math environment, so each answer is parsed as `\\boxed{answer}`, and also as a plain
-expression (`ExprExtractionConfig`) for answers such as `sqrt(2)/2`.
+its LaTeX extraction needs a math environment, so each answer is parsed as `\\boxed{answer}`, and only when that
+fails as a plain expression (`ExprExtractionConfig`), which would read `12,13` as 12.13.
 """
 
 import logging
@@ -19,11 +19,12 @@ def _parse_both_ways(answer: str, parsing_timeout: int) -> list:
     parsed = parse(
         "\\boxed{" + answer + "}",
         extraction_config=[LatexExtractionConfig(boxed_match_priority=0)],
+        fallback_mode="no_fallback",
         parsing_timeout=parsing_timeout,
     )
-    if "\\" not in answer:
-        parsed = parsed + parse(answer, extraction_config=[ExprExtractionConfig()], parsing_timeout=parsing_timeout)
-    return parsed
+    if parsed:
+        return parsed
+    return parse(answer, extraction_config=[ExprExtractionConfig()], parsing_timeout=parsing_timeout)
 
 
 def symbolic_equal(gold: str, pred: str, time_limit: float = 5.0) -> bool:

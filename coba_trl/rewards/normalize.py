@@ -15,8 +15,9 @@ _UNIT_WORDS = (
     "degrees|degree|radians|cm|mm|km|m|meters|meter|metres|inches|inch|in|feet|foot|ft|miles|mile|mph|"
     "hours|hour|hrs|minutes|minute|mins|min|seconds|second|sec|s|days|day|weeks|years|"
     "dollars|dollar|cents|cent|points|ways|integers|digits|people|students|pounds|kg|g|gm|grams|liters|"
-    "edges|meals|sides|games|times|numbers"
+    "edges|meals|sides|games|times|numbers|km/h|km/hr|m/s|mi/h|ft/s"
 )
+_TEXT_UNIT = re.compile(r"(?<=[\d}])\s*\\(?:text|mbox|mathrm)\{\s*[A-Za-z][A-Za-z\s/.]*\}(?:\^\{?[23]\}?)?$")
 _TRAILING_UNITS = re.compile(
     r"(?:\\?[ ,~]|\\[;!])*(?:\\(?:text|mbox|mathrm)\{\s*)?(?:" + _UNIT_WORDS + r")\b\.?\}?(?:\^\{?[23]\}?)?$"
 )
@@ -46,9 +47,12 @@ _REMOVED = (
     "`",
 )
 _CHAR_FIXES = {"\u2212": "-", "\u2013": "-", "\u00d7": "\\times", "\u221a": "\\sqrt", "\u03c0": "\\pi"}
+_CONJUNCTION = re.compile(r"\s*(?:\\(?:text|mbox|mathrm)\{\s*(?:or|and)\s*\}|\b(?:or|and)\b)\s*")
+"""`x = 3 or x = -3` and `2 and -2` list several answers: make them comma-separated for math-verify."""
 _THOUSANDS = re.compile(r"^[+-]?\d{1,3}(?:,\d{3})+(?:\.\d+)?$")
 _SPACES = re.compile(r"(\\[a-zA-Z]+)?\s+(?=([a-zA-Z])?)")
 _PLAIN_NUMBER = re.compile(r"^[+-]?(?:\d+\.?\d*|\.\d+)$")
+_SCIENTIFIC = re.compile(r"^[+-]?(?:\d+\.?\d*|\.\d+)[eE][+-]?\d{1,3}$")
 _FRACTION = re.compile(r"^([+-]?)(?:\\frac\{([+-]?\d+)\}\{([+-]?\d+)\}|(\d+)/(\d+))$")
 
 
@@ -89,9 +93,9 @@ def _unwrap_boxed(text: str) -> str:
 
 
 def normalize_answer(answer: str) -> str:
-    """Canonical string form of a final answer (Minerva / DAPO normalisation, plus a few human-obvious fixes).
+    r"""Canonical string form of a final answer (Minerva / DAPO normalisation, plus a few human-obvious fixes).
 
-    >>> normalize_answer("x = \\\\$1,000 \\\\text{ dollars}.")
+    >>> normalize_answer(r"x = \$1,000 \text{ dollars}.")
     '1000'
     """
     text = answer.strip()
@@ -104,9 +108,10 @@ def normalize_answer(answer: str) -> str:
         text = dollars.group(1)
     text = text.replace("\\(", "").replace("\\)", "").replace("\\[", "").replace("\\]", "")
     text = _unwrap_boxed(text)
-    if "=" in text and not re.search(r"[<>]|\\[lg]eq?|\\neq", text):
+    text = _CONJUNCTION.sub(",", text)
+    if "=" in text and not re.search(r"[<>;]|,(?!\d{3}(?!\d))|\\[lg]eq?|\\neq", text):
         text = text.split("=")[-1]
-    text = _strip_units(_strip_units(text.strip()))
+    text = _strip_units(_strip_units(_TEXT_UNIT.sub("", text.strip().rstrip(".").strip())))
     text = text.replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac").replace("\\mbox", "\\text")
     text = _TEXT_WRAPPER.sub(r"\1", text)
     for removed in _REMOVED:
@@ -136,10 +141,10 @@ def _canonical_decimal(text: str) -> str:
 
 
 def as_number(text: str) -> Fraction | None:
-    """Exact value of a normalised plain number (`-12`, `0.5`, `3/4`, `\\frac{3}{4}`, `-\\frac{3}{4}`), else None."""
+    """Exact value of a normalised plain number (`-12`, `0.5`, `1e3`, `3/4`, `\\frac{3}{4}`, `-\\frac{3}{4}`), else None."""
     if len(text) > 60:
         return None
-    if _PLAIN_NUMBER.match(text):
+    if _PLAIN_NUMBER.match(text) or _SCIENTIFIC.match(text):
         return Fraction(text)
     match = _FRACTION.match(text)
     if not match:
