@@ -32,11 +32,10 @@ TINY_ARGS = dict(
 )
 
 
-def prompt_dataset(num_prompts: int = 16) -> Dataset:
-    """Plain-text prompts with a stable id column."""
-    return Dataset.from_dict(
-        {"prompt": [f"Question {i}:" for i in range(num_prompts)], "uid": [f"q{i}" for i in range(num_prompts)]}
-    )
+def prompt_dataset(num_prompts: int = 16, repeats: int = 1) -> Dataset:
+    """Plain-text prompts with a stable id column; `repeats` lists every prompt that many times."""
+    ids = list(range(num_prompts)) * repeats
+    return Dataset.from_dict({"prompt": [f"Question {i}:" for i in ids], "uid": [f"q{i}" for i in ids]})
 
 
 def parity_reward(completions, **kwargs):
@@ -101,8 +100,7 @@ def main(out_dir: str) -> None:
         seed=3,
         **TINY_ARGS,
     )
-    dataset = prompt_dataset(8)  # 4 prompts per round over 2 epochs: round 3 sees prompts with history
-    dataset = Dataset.from_dict({key: dataset[key] * 2 for key in dataset.column_names})
+    dataset = prompt_dataset(8, repeats=2)  # 4 prompts per round: later rounds see prompts with history
     trainer = CoBAGRPOTrainer(model, parity_reward, args=args, train_dataset=dataset, processing_class=tokenizer)
     sizes = iter([[1, 9, 5, 1], [2, 2, 7, 5], [3, 3, 3, 7]])
     trainer.allocator.allocate = lambda pass_rates, total_budget: np.array(next(sizes))
