@@ -202,8 +202,8 @@ class CoBAGRPOTrainer(GRPOTrainer):
         metrics = {
             f"coba/{key}": float(value)
             for key, value in self.allocator.metrics().items()
-            if value is not None and math.isfinite(value)
-        }
+            if value is not None and math.isfinite(value) and key not in ("budget_min", "budget_max")
+        }  # budget min / max are logged with the mean below
         metrics.update(budget_metrics(group_sizes, pass_rates))
         metrics["coba/allocation_time"] = elapsed
         metrics["coba/prompts_with_history"] = float(len(self.pass_rate_history))
