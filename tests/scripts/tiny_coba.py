@@ -95,7 +95,7 @@ def main(out_dir: str) -> None:
         gradient_accumulation_steps=2,
         max_steps=3,
         min_generations=1,
-        budget_allocator="coba",
+        pass_rate_window=3,
         prompt_id_column="uid",
         seed=3,
         **TINY_ARGS,
