@@ -199,9 +199,11 @@ def test_sympy_bomb_times_out_and_is_counted():
 def test_sequential_grading_matches_the_pool():
     completions = [c for c, _, _ in DAPO_CASES[:30]]
     solutions = [g for _, g, _ in DAPO_CASES[:30]]
-    pooled = grade(completions, solutions, extract_dapo_answer, LIMIT)[0]
-    sequential = grade(completions, solutions, extract_dapo_answer, LIMIT, num_workers=0)[0]
-    assert pooled == sequential
+    pooled = grade(completions, solutions, extract_dapo_answer, LIMIT)
+    sequential = grade(completions, solutions, extract_dapo_answer, LIMIT, in_process=True)
+    assert pooled.rewards == sequential.rewards
+    assert pooled.answers == sequential.answers
+    assert all(0 <= s < LIMIT for s in pooled.seconds)
 
 
 def test_mismatched_lengths_are_a_clear_error():

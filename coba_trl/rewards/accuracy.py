@@ -15,12 +15,14 @@ Counts are reported per call through TRL's `log_metric` callback as `rewards/<fu
 """
 
 import logging
+import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from coba_trl.rewards.equivalence import symbolic_equal
 from coba_trl.rewards.extraction import completion_text, extract_boxed_answer, extract_dapo_answer
 from coba_trl.rewards.normalize import as_number, normalize_answer
-from coba_trl.rewards.pool import get_pool
+from coba_trl.rewards.pool import ItemResult, get_pool
 
 logger = logging.getLogger(__name__)
 
@@ -42,13 +44,25 @@ def _quick_verdict(gold: str, pred: str) -> bool | None:
     return None
 
 
+@dataclass
+class GradeResult:
+    """Per-item outcome of `grade`: rewards, extracted answers (None when none was found), grading seconds (trainer-
+    side work plus the worker's time, queueing excluded), and counts of time-outs and unparsable items."""
+
+    rewards: list[float]
+    answers: list[str | None]
+    seconds: list[float]
+    timeouts: int = 0
+    unparsable: int = 0
+
+
 def grade(
     completions: Sequence,
     solution: Sequence,
     extract: Callable[[str], str | None],
     time_limit: float = DEFAULT_TIME_LIMIT,
-    num_workers: int | None = None,
-) -> tuple[list[float], list[str | None], dict[str, int]]:
+    in_process: bool = False,
+) -> GradeResult:
     """Score completions against ground truths with the given answer extractor.
 
     Args:
@@ -56,45 +70,47 @@ def grade(
         solution: Ground-truth answers (strings; numbers and lists of strings are accepted too).
         extract: `extract_dapo_answer` or `extract_boxed_answer`.
         time_limit: Hard limit in seconds for the symbolic check of one item.
-        num_workers: `None` to use the shared worker pool; `0` to run the symbolic checks in this process
-            (sequential baseline, relying on math-verify's alarm-based time-outs, main thread only).
-
-    Returns:
-        rewards (1.0 / 0.0), the extracted answers (None when none was found), and counts of
-        "timeouts" and "unparsable" items.
+        in_process: Run the symbolic checks in this process instead of the worker pool (the sequential baseline of
+            `benchmarks/reward_throughput.py`; only math-verify's alarm-based time-outs, main thread only).
     """
     if len(completions) != len(solution):
         raise ValueError(
             f"Got {len(completions)} completions but {len(solution)} solutions; pass one `solution` per completion."
         )
-    rewards = [0.0] * len(completions)
-    answers: list[str | None] = [None] * len(completions)
-    counts = {"timeouts": 0, "unparsable": 0}
+    n = len(completions)
+    result = GradeResult(rewards=[0.0] * n, answers=[None] * n, seconds=[0.0] * n)
     hard: list[int] = []
     pairs: list[tuple[str, str, float]] = []
     for i, (completion, gold) in enumerate(zip(completions, solution, strict=True)):
-        try:
-            answers[i] = extract(completion_text(completion))
-            gold_text = _gold_text(gold)
-            if answers[i] is None or not gold_text:
-                counts["unparsable"] += 1
-                continue
-            gold_norm, pred_norm = normalize_answer(gold_text), normalize_answer(answers[i])
-            verdict = _quick_verdict(gold_norm, pred_norm) if pred_norm else False
-        except Exception:  # noqa: BLE001 - a reward function must never raise on model output
-            logger.debug("Answer extraction failed", exc_info=True)
-            counts["unparsable"] += 1
-            continue
-        if verdict is None:
+        start = time.perf_counter()
+        verdict = _first_stage(completion, gold, extract, result, i)
+        result.seconds[i] = time.perf_counter() - start
+        if isinstance(verdict, tuple):
             hard.append(i)
-            pairs.append((gold_norm, pred_norm, time_limit))
-        else:
-            rewards[i] = float(verdict)
-    for i, (status, equal) in zip(hard, _check_symbolically(pairs, time_limit, num_workers), strict=True):
-        rewards[i] = float(status == "ok" and bool(equal))
-        counts["timeouts"] += status == "timeout"
-        counts["unparsable"] += status == "error"
-    return rewards, answers, counts
+            pairs.append((*verdict, time_limit))
+        elif verdict is not None:
+            result.rewards[i] = float(verdict)
+    for i, item in zip(hard, _check_symbolically(pairs, time_limit, in_process), strict=True):
+        result.rewards[i] = float(item.status == "ok" and bool(item.value))
+        result.seconds[i] += item.seconds
+        result.timeouts += item.status == "timeout"
+        result.unparsable += item.status == "error"
+    return result
+
+
+def _first_stage(completion, gold, extract, result: GradeResult, i: int) -> bool | tuple[str, str] | None:
+    """Trainer-side stage: a verdict, a (gold, pred) pair for the symbolic check, or None (unparsable)."""
+    try:
+        result.answers[i] = extract(completion_text(completion))
+        gold_text = _gold_text(gold)
+        if result.answers[i] is not None and gold_text:
+            gold_norm, pred_norm = normalize_answer(gold_text), normalize_answer(result.answers[i])
+            verdict = _quick_verdict(gold_norm, pred_norm) if pred_norm else False
+            return (gold_norm, pred_norm) if verdict is None else verdict
+    except Exception:  # noqa: BLE001 - a reward function must never raise on model output
+        logger.debug("Answer extraction failed", exc_info=True)
+    result.unparsable += 1
+    return None
 
 
 def _gold_text(gold) -> str:
@@ -103,33 +119,34 @@ def _gold_text(gold) -> str:
     return str(gold).strip()[:_MAX_GOLD_CHARS] if gold is not None else ""
 
 
-def _check_symbolically(pairs, time_limit, num_workers) -> list[tuple[str, bool | None]]:
+def _check_symbolically(pairs, time_limit, in_process) -> list[ItemResult]:
     if not pairs:
         return []
-    if num_workers == 0:
+    if in_process:
         outcomes = []
         for pair in pairs:
+            start = time.perf_counter()
             try:
-                outcomes.append(("ok", symbolic_equal(*pair)))
+                outcomes.append(ItemResult("ok", symbolic_equal(*pair), time.perf_counter() - start))
             except Exception:  # noqa: BLE001 - includes math-verify's TimeoutException
-                outcomes.append(("error", None))
+                outcomes.append(ItemResult("error", None, time.perf_counter() - start))
         return outcomes
     try:
-        results = get_pool().map(symbolic_equal, pairs, time_limit)
+        return get_pool().map(symbolic_equal, pairs, time_limit)
     except Exception:  # noqa: BLE001 - e.g. the OS refused new processes: score 0 rather than stop training
         logger.exception("The grading pool failed; scoring %d answers as 0", len(pairs))
-        return [("error", None)] * len(pairs)
-    return [(result.status, result.value) for result in results]
+        return [ItemResult("error")] * len(pairs)
 
 
-def _report(name: str, answers: list, counts: dict, log_metric, log_extra) -> None:
-    if counts["timeouts"]:
-        logger.warning("%s: %d of %d answers timed out in the symbolic check", name, counts["timeouts"], len(answers))
+def _report(name: str, result: GradeResult, log_metric, log_extra) -> list[float]:
+    if result.timeouts:
+        logger.warning("%s: %d of %d answers timed out", name, result.timeouts, len(result.rewards))
     if log_metric is not None:
-        for key, value in counts.items():
-            log_metric(f"rewards/{name}/{key}", float(value))
+        log_metric(f"rewards/{name}/timeouts", float(result.timeouts))
+        log_metric(f"rewards/{name}/unparsable", float(result.unparsable))
     if log_extra is not None:
-        log_extra(f"{name}/answer", [a if a is None else a[:200] for a in answers])
+        log_extra(f"{name}/answer", [a if a is None else a[:200] for a in result.answers])
+    return result.rewards
 
 
 def dapo_accuracy_reward(
@@ -154,9 +171,8 @@ def dapo_accuracy_reward(
     [1.0, 0.0]
     ```
     """
-    rewards, answers, counts = grade(completions, solution, extract_dapo_answer, time_limit)
-    _report("dapo_accuracy_reward", answers, counts, log_metric, log_extra)
-    return rewards
+    result = grade(completions, solution, extract_dapo_answer, time_limit)
+    return _report("dapo_accuracy_reward", result, log_metric, log_extra)
 
 
 def boxed_accuracy_reward(
@@ -171,6 +187,5 @@ def boxed_accuracy_reward(
     math-verify for symbolic equivalence. 1.0 / 0.0; never raises; same time limit and logging as
     `dapo_accuracy_reward`.
     """
-    rewards, answers, counts = grade(completions, solution, extract_boxed_answer, time_limit)
-    _report("boxed_accuracy_reward", answers, counts, log_metric, log_extra)
-    return rewards
+    result = grade(completions, solution, extract_boxed_answer, time_limit)
+    return _report("boxed_accuracy_reward", result, log_metric, log_extra)
