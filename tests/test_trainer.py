@@ -119,3 +119,65 @@ def test_model_card_names_coba(tmp_path):
     card = (tmp_path / "README.md").read_text()
     assert "coba-rl" in card
     assert "2602.03048" in card
+
+
+def _sometimes_unscored(completions, **kwargs):
+    """A second objective that abstains (None) on odd-length completions."""
+    return [None if len(c) % 2 else float(len(c)) / 8 for c in completions]
+
+
+def test_peft_bf16_multi_objective_with_unscored_rows_trains(tmp_path):
+    from peft import LoraConfig
+
+    model, tokenizer = tiny_model()
+    args = CoBAConfig(
+        output_dir=str(tmp_path),
+        per_device_train_batch_size=8,
+        num_generations=4,
+        steps_per_generation=2,
+        max_steps=2,
+        reward_weights=[1.0, 0.5],
+        multi_objective_aggregation="normalize_then_sum",
+        success_reward_func="parity_reward",
+        **{**TINY_ARGS, "bf16": True},
+    )
+    trainer = CoBAGRPOTrainer(
+        model,
+        [parity_reward, _sometimes_unscored],
+        args=args,
+        train_dataset=prompt_dataset(),
+        processing_class=tokenizer,
+        peft_config=LoraConfig(r=4, target_modules=["q_proj", "v_proj"]),
+    )
+    log = Recorder(trainer)
+    trainer.train()
+    assert trainer.state.global_step == 2
+    assert all(torch.isfinite(a).all() for a in log.advantages)
+    assert len(trainer.pass_rate_history) == 4  # one round of 4 distinct prompts, used over 2 steps
+
+
+def test_evaluation_stays_on_the_stock_fixed_group_path(tmp_path):
+    model, tokenizer = tiny_model()
+    args = CoBAConfig(
+        output_dir=str(tmp_path),
+        per_device_train_batch_size=8,
+        num_generations=4,
+        num_generations_eval=2,
+        per_device_eval_batch_size=4,
+        eval_strategy="steps",
+        eval_steps=1,
+        max_steps=1,
+        **TINY_ARGS,
+    )
+    trainer = CoBAGRPOTrainer(
+        model,
+        parity_reward,
+        args=args,
+        train_dataset=prompt_dataset(),
+        eval_dataset=prompt_dataset(4),
+        processing_class=tokenizer,
+    )
+    trainer.train()
+    evaluation = next(h for h in trainer.state.log_history if "eval_loss" in h)
+    assert "eval_reward" in evaluation and "eval_budget/mean" not in evaluation
+    assert trainer.num_generations == 4
