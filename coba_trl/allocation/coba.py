@@ -10,7 +10,7 @@ from .capability import CapabilityTracker
 from .sharing import share_remainder
 from .solver import greedy_counts
 from .validation import check_float
-from .values import CoBAGains, adaptive_tau, clip_pass_rate
+from .values import CoBAGains, adaptive_tau, canonical_pass_rate
 
 
 def heap_share(n_explore: int, n_prompts: int) -> float:
@@ -53,7 +53,7 @@ def coba_allocate(
     given = 0
     if explore.size:
         info["tau"] = adaptive_tau(p[explore]) if tau is None else tau
-        levels, group = np.unique(clip_pass_rate(p[explore]), return_inverse=True)
+        levels, group = np.unique(canonical_pass_rate(p[explore]), return_inverse=True)
         gains = CoBAGains(levels, alpha, beta, info["tau"])
         extra = solver(gains, group, min_budget, max_budget - min_budget, heap_budget)
         counts[explore] += extra

@@ -18,6 +18,23 @@ def clip_pass_rate(pass_rates: np.ndarray) -> np.ndarray:
     return np.clip(pass_rates, 0.01, 0.99)
 
 
+def canonical_pass_rate(pass_rates: np.ndarray) -> np.ndarray:
+    """p~, with min(p~, 1 - p~) rounded to 12 decimals, so that p and 1 - p are exact float complements.
+
+    1 - 0.8 is 0.19999999999999996, not 0.2; without this, float noise would break the exact tie between
+    p and 1 - p when alpha == beta instead of the lower prompt index (section 5, step 5). The shift is below
+    1e-12, far under anything a pass rate can resolve.
+    """
+    p_tilde = clip_pass_rate(pass_rates)
+    low = np.round(np.minimum(p_tilde, 1.0 - p_tilde), 12)
+    return np.where(p_tilde <= 0.5, low, 1.0 - low)
+
+
+def _complement(p_tilde: np.ndarray) -> np.ndarray:
+    """1 - p~ for canonical p~ (see `canonical_pass_rate`)."""
+    return np.where(p_tilde <= 0.5, 1.0 - p_tilde, np.round(1.0 - p_tilde, 12))
+
+
 def adaptive_tau(pass_rates: np.ndarray) -> float:
     """tau = 3 + 9 * clip(Var(p~) / 0.1667, 0, 1), population variance over the prompts that enter the heap."""
     variance = float(np.var(clip_pass_rate(np.asarray(pass_rates, dtype=np.float64))))
@@ -25,13 +42,13 @@ def adaptive_tau(pass_rates: np.ndarray) -> float:
 
 
 def coba_log_density(p_tilde: np.ndarray, alpha: float, beta: float) -> np.ndarray:
-    """log w(p) = log of the Beta(alpha, beta) density at p~, with a non-finite density replaced by 1e-10.
+    """log w(p) = log of the Beta(alpha, beta) density at canonical p~, a non-finite density replaced by 1e-10.
 
     Written as ((alpha - 1) log p~ + (beta - 1) log(1 - p~)) - log B(alpha, beta), so that p and 1 - p give
     bitwise equal values when alpha == beta (a mathematical tie stays a float tie and goes to the lower index).
     """
     log_norm = math.lgamma(alpha) + math.lgamma(beta) - math.lgamma(alpha + beta)
-    log_pdf = ((alpha - 1.0) * np.log(p_tilde) + (beta - 1.0) * np.log(1.0 - p_tilde)) - log_norm
+    log_pdf = ((alpha - 1.0) * np.log(p_tilde) + (beta - 1.0) * np.log(_complement(p_tilde))) - log_norm
     with np.errstate(over="ignore"):
         density = np.exp(log_pdf)
     log_density = np.where(density > 0.0, log_pdf, -np.inf)
@@ -40,8 +57,8 @@ def coba_log_density(p_tilde: np.ndarray, alpha: float, beta: float) -> np.ndarr
 
 def coba_value(budget, pass_rates, alpha: float, beta: float, tau: float) -> np.ndarray:
     """V(B, p) = (1 - exp(-(B / tau) * p~ (1 - p~))) * w(p) (saturation times capability density)."""
-    p_tilde = clip_pass_rate(np.asarray(pass_rates, dtype=np.float64))
-    saturation = 1.0 - np.exp(-(np.asarray(budget, dtype=np.float64) / tau) * p_tilde * (1.0 - p_tilde))
+    p_tilde = canonical_pass_rate(np.asarray(pass_rates, dtype=np.float64))
+    saturation = 1.0 - np.exp(-(np.asarray(budget, dtype=np.float64) / tau) * (p_tilde * _complement(p_tilde)))
     return saturation * np.exp(coba_log_density(p_tilde, alpha, beta))
 
 
@@ -56,11 +73,12 @@ def knapsack_value(budget, pass_rates) -> np.ndarray:
 class CoBAGains:
     """log D(B) = log w + log(1 - e^(-c)) - c B with c = p~ (1 - p~) / tau: a line in B (geometric gains).
 
-    Entries with w = 0 (density underflow) have key -inf: they only receive budget nobody else can take.
+    `p_tilde` must be canonical (`canonical_pass_rate`). Entries with w = 0 (density underflow) have key -inf:
+    they only receive budget nobody else can take.
     """
 
     def __init__(self, p_tilde: np.ndarray, alpha: float, beta: float, tau: float):
-        self.rate = p_tilde * (1.0 - p_tilde) / tau
+        self.rate = p_tilde * _complement(p_tilde) / tau
         self.log_scale = coba_log_density(p_tilde, alpha, beta) + np.log(-np.expm1(-self.rate))
 
     def __len__(self) -> int:
