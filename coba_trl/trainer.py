@@ -174,6 +174,12 @@ class CoBAGRPOTrainer(GRPOTrainer):
         payload = [self._allocate(prompts, prompt_ids) if self.accelerator.is_main_process else None]
         broadcast_object_list(payload, from_process=0)
         group_sizes, pass_rates, metrics = payload[0]
+        total = self.args.generation_batch_size
+        if group_sizes.shape != (len(prompts),) or group_sizes.sum() != total or group_sizes.min() < 1:
+            raise ValueError(  # checked on every process, after the broadcast, so all of them stop
+                f"The allocator {type(self.allocator).__name__} returned group sizes {group_sizes.tolist()}; expected "
+                f"{len(prompts)} sizes >= 1 summing to generation_batch_size ({total})."
+            )
         dealt = deal_groups(group_sizes, self.accelerator.num_processes, expected_length_weight(pass_rates))
         local_rows = [
             {key: value for key, value in prompts[group].items() if key != ROW_INDEX_COLUMN}
@@ -191,14 +197,8 @@ class CoBAGRPOTrainer(GRPOTrainer):
             column = self.args.prior_pass_rate_column
             prior = np.array([np.nan if row[column] is None else float(row[column]) for row in prompts])
         pass_rates = self.pass_rate_history.pass_rates(prompt_ids, prior=prior)
-        total = self.args.generation_batch_size
-        group_sizes = np.asarray(self.allocator.allocate(pass_rates, total), dtype=np.int64)
+        group_sizes = np.asarray(self.allocator.allocate(pass_rates, self.args.generation_batch_size), dtype=np.int64)
         elapsed = time.perf_counter() - start
-        if group_sizes.shape != (len(prompts),) or group_sizes.sum() != total or group_sizes.min() < 1:
-            raise ValueError(
-                f"The allocator {type(self.allocator).__name__} returned group sizes {group_sizes.tolist()}; expected "
-                f"{len(prompts)} sizes >= 1 summing to generation_batch_size ({total})."
-            )
         metrics = {
             f"coba/{key}": float(value)
             for key, value in self.allocator.metrics().items()

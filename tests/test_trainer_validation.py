@@ -1,5 +1,6 @@
 """Construction-time errors of CoBAGRPOTrainer, and the TRL upgrade-safety checks."""
 
+import numpy as np
 import pytest
 from datasets import Dataset, IterableDataset
 from scripts.tiny_coba import TINY_ARGS, parity_reward, prompt_dataset, tiny_model
@@ -95,6 +96,13 @@ def test_prompt_id_and_prior_columns_survive_remove_unused_columns(tmp_path, mod
     )
     batch = next(iter(_build(tmp_path, model_and_tokenizer, args=args, train_dataset=dataset).get_train_dataloader()))
     assert len(batch) == 2 and {"prompt", "uid", "prior"} <= set(batch[0])
+
+
+def test_an_allocation_that_does_not_spend_the_round_is_refused(tmp_path, model_and_tokenizer):
+    trainer = _build(tmp_path, model_and_tokenizer)
+    trainer.allocator.allocate = lambda pass_rates, total_budget: np.array([1, 1])
+    with pytest.raises(ValueError, match="generation_batch_size"):
+        trainer.train()
 
 
 def test_untested_trl_versions_fail_loudly():
