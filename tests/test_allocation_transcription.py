@@ -131,8 +131,15 @@ def test_allocator_matches_transcription(seed):
         rates = history_rates(rng, m)
         total = int(rng.integers(0, m * b_up + m * 8 + 2))
         expected = transcribed_allocation(
-            rates.tolist(), total, allocator.alpha, allocator.beta, b_low, b_up, tau=tau,
-            heap_fraction=options.get("heap_fraction"), hard=options.get("hard_threshold", 0.05),
+            rates.tolist(),
+            total,
+            allocator.alpha,
+            allocator.beta,
+            b_low,
+            b_up,
+            tau=tau,
+            heap_fraction=options.get("heap_fraction"),
+            hard=options.get("hard_threshold", 0.05),
             easy=options.get("easy_threshold", 0.99),
         )
         assert allocator.allocate(rates, total).tolist() == expected

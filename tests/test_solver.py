@@ -29,7 +29,9 @@ def knapsack_problem(rates):
 
 tied_rates = st.lists(st.integers(0, 16).map(lambda k: k / 16), min_size=1, max_size=40)
 any_rates = st.lists(st.floats(0.0, 1.0), min_size=1, max_size=30)
-effective_rates = st.lists(st.integers(1, 15).map(lambda k: k / 16) | st.floats(1e-6, 1 - 1e-6), min_size=1, max_size=30)
+effective_rates = st.lists(
+    st.integers(1, 15).map(lambda k: k / 16) | st.floats(1e-6, 1 - 1e-6), min_size=1, max_size=30
+)
 
 
 @settings(max_examples=150, deadline=None)

@@ -1,12 +1,12 @@
 """Rollout-budget allocation in plain numpy (no torch, no TRL): algorithm.md sections 2 to 6.
 
-    from coba_trl.allocation import build_allocator, PassRateHistory
+from coba_trl.allocation import build_allocator, PassRateHistory
 
-    allocator = build_allocator("coba", min_budget=2, max_budget=128, kappa=11.0)
-    counts = allocator.allocate(history.pass_rates(prompt_ids), total_budget=4096)
-    ...  # generate counts[i] rollouts for prompt i, score them
-    history.update(prompt_ids, successes, counts)
-    allocator.observe(successes / counts)
+allocator = build_allocator("coba", min_budget=2, max_budget=128, kappa=11.0)
+counts = allocator.allocate(history.pass_rates(prompt_ids), total_budget=4096)
+...  # generate counts[i] rollouts for prompt i, score them
+history.update(prompt_ids, successes, counts)
+allocator.observe(successes / counts)
 """
 
 from .base import BudgetAllocator, uniform_split

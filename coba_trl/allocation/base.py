@@ -65,7 +65,7 @@ class BudgetAllocator(ABC):
         self._allocation_metrics = {
             "budget_min": float(counts.min()),
             "budget_max": float(counts.max()),
-            "budget_std": float(counts.std()),
+            "budget_std": float(np.sqrt(np.square(counts - counts.mean()).mean())),
             **{key: float(value) for key, value in extra.items()},
         }
         return counts

@@ -97,9 +97,7 @@ class CoBAAllocator(BudgetAllocator):
         self.hard_threshold = check_float("hard_threshold", hard_threshold, 0.0, 1.0)
         self.easy_threshold = check_float("easy_threshold", easy_threshold, 0.0, 1.0)
         if self.hard_threshold > self.easy_threshold:
-            raise ValueError(
-                f"hard_threshold ({hard_threshold}) must not exceed easy_threshold ({easy_threshold})."
-            )
+            raise ValueError(f"hard_threshold ({hard_threshold}) must not exceed easy_threshold ({easy_threshold}).")
 
     @property
     def alpha(self) -> float:

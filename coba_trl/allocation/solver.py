@@ -64,9 +64,7 @@ def greedy_counts(gains, group: np.ndarray, floor: int, units, total: int) -> np
 
 def _line_count(start: np.ndarray, slope: np.ndarray, units: np.ndarray, lam: float) -> np.ndarray:
     """Units b in [0, units) whose line value start - slope * b is >= lam."""
-    with np.errstate(invalid="ignore"):
-        count = np.floor((start - lam) / slope) + 1.0
-    return np.clip(np.nan_to_num(count, nan=0.0), 0, units).astype(np.int64)
+    return np.clip(np.floor((start - lam) / slope) + 1.0, 0, units).astype(np.int64)
 
 
 def _relaxed_threshold(start, slope, units, weight, target: float) -> float:
