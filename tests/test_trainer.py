@@ -181,3 +181,25 @@ def test_evaluation_stays_on_the_stock_fixed_group_path(tmp_path):
     evaluation = next(h for h in trainer.state.log_history if "eval_loss" in h)
     assert "eval_reward" in evaluation and "eval_budget/mean" not in evaluation
     assert trainer.num_generations == 4
+
+
+@pytest.mark.parametrize("allocator", ["coba", "knapsack"])
+def test_every_allocator_trains_on_revisited_prompts(tmp_path, allocator):
+    model, tokenizer = tiny_model()
+    args = CoBAConfig(
+        output_dir=str(tmp_path),
+        per_device_train_batch_size=16,
+        num_generations=4,
+        max_steps=3,
+        budget_allocator=allocator,
+        prompt_id_column="uid",
+        **TINY_ARGS,
+    )
+    dataset = prompt_dataset(4)  # one round per epoch: the same 4 prompts every round
+    trainer = CoBAGRPOTrainer(model, parity_reward, args=args, train_dataset=dataset, processing_class=tokenizer)
+    log = Recorder(trainer)
+    trainer.train()
+    assert [sum(sizes) for sizes in log.allocations] == [16, 16, 16]
+    assert len(trainer.pass_rate_history) == 4
+    last = trainer.state.log_history[-2]
+    assert last["coba/prompts_with_history"] == 4.0 and "coba/failure_rate" in last
