@@ -39,7 +39,8 @@ def coba_allocate(
     """
     n_prompts = pass_rates.size
     unseen = np.isnan(pass_rates)
-    info = {"tau": math.nan, "n_unseen": float(unseen.sum())}
+    info = {"tau": math.nan, "n_unseen": float(unseen.sum()), "uniform_split": 1.0, "heap_budget": 0.0}
+    info.update(n_very_hard=math.nan, n_explore=math.nan, n_very_easy=math.nan, unallocated=0.0)
     if unseen.all() or total_budget < n_prompts * min_budget:
         return uniform_split(total_budget, n_prompts), info
     p = np.where(unseen, 0.5, pass_rates)
@@ -60,6 +61,7 @@ def coba_allocate(
         given = int(extra.sum())
     unplaced = share_remainder(counts, p, [hard, explore, easy], remainder - given, max_budget)
     info.update(
+        uniform_split=0.0,
         n_very_hard=float(hard.size),
         n_explore=float(explore.size),
         n_very_easy=float(easy.size),

@@ -1,5 +1,7 @@
 """Knapsack-RL baseline (ByteDance, arXiv 2509.25849), as algorithm.md section 6 describes it."""
 
+import math
+
 import numpy as np
 
 from .base import BudgetAllocator, uniform_split
@@ -40,7 +42,15 @@ class KnapsackAllocator(BudgetAllocator):
         n_prompts = pass_rates.size
         unseen = np.isnan(pass_rates)
         if unseen.all() or total_budget < n_prompts * self.min_budget:
-            return self._record(uniform_split(total_budget, n_prompts), n_unseen=float(unseen.sum()))
+            counts = uniform_split(total_budget, n_prompts)
+            return self._record(
+                counts,
+                n_unseen=float(unseen.sum()),
+                uniform_split=1.0,
+                n_effective=math.nan,
+                n_unsolved=math.nan,
+                unallocated=0.0,
+            )
         counts = np.full(n_prompts, self.min_budget, dtype=np.int64)
         counts[unseen] = np.clip(uniform_split(total_budget, n_prompts)[unseen], self.min_budget, self.max_budget)
         effective = np.flatnonzero((pass_rates > 0.0) & (pass_rates < 1.0))
@@ -62,6 +72,7 @@ class KnapsackAllocator(BudgetAllocator):
         return self._record(
             counts,
             n_unseen=float(unseen.sum()),
+            uniform_split=0.0,
             n_effective=float(effective.size),
             n_unsolved=float(unsolved.size),
             unallocated=float(left - int(extra.sum())),
