@@ -52,3 +52,14 @@ def test_bad_fields_name_themselves(tmp_path, overrides, field):
 def test_bad_allocator_parameters_fail_at_construction(tmp_path):
     with pytest.raises(ValueError):
         CoBAConfig(output_dir=str(tmp_path), coba_kappa=1.0, **BASE)
+
+
+def test_every_coba_field_is_documented():
+    from dataclasses import fields
+
+    from trl import GRPOConfig
+
+    new = {f.name for f in fields(CoBAConfig)} - {f.name for f in fields(GRPOConfig)}
+    assert len(new) == 15
+    for name in new:
+        assert f"\n        {name} (`" in CoBAConfig.__doc__, name
