@@ -5,9 +5,10 @@ Grading a batch has two stages:
 1. In the trainer process (cheap, bounded): extract the final answer (``extraction.py``), normalise answer and
    ground truth (``normalize.py``), and decide whatever can be decided exactly: equal strings, or two plain numbers.
    A completion without an extractable answer scores 0 and counts as unparsable.
-2. In worker processes (``pool.py``): the math-verify equivalence check for the remaining pairs, each under a hard
-   time limit. A pair that runs over scores 0 and counts as a time-out; a worker error scores 0 and counts as
-   unparsable.
+2. In worker processes (``pool.py``): the math-verify equivalence check for the remaining pairs (each distinct pair
+   once per batch: a GRPO group often repeats an answer), each under a hard time limit. A pair that runs over
+   scores 0 and counts as a time-out; a worker error scores 0 and counts as unparsable. The trainer process keeps
+   extracting answers while the workers compute.
 
 Counts are reported per call through TRL's `log_metric` callback as `rewards/<func>/timeouts` and
 `rewards/<func>/unparsable`, and the extracted answers through `log_extra` as the `<func>/answer` column. Rewards are
@@ -16,7 +17,7 @@ Counts are reported per call through TRL's `log_metric` callback as `rewards/<fu
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from coba_trl.rewards.equivalence import symbolic_equal
@@ -80,17 +81,28 @@ def grade(
     n = len(completions)
     result = GradeResult(rewards=[0.0] * n, answers=[None] * n, seconds=[0.0] * n)
     hard: list[int] = []
-    pairs: list[tuple[str, str, float]] = []
-    for i, (completion, gold) in enumerate(zip(completions, solution, strict=True)):
-        start = time.perf_counter()
-        verdict = _first_stage(completion, gold, extract, result, i)
-        result.seconds[i] = time.perf_counter() - start
-        if isinstance(verdict, tuple):
-            hard.append(i)
-            pairs.append((*verdict, time_limit))
-        elif verdict is not None:
-            result.rewards[i] = float(verdict)
-    for i, item in zip(hard, _check_symbolically(pairs, time_limit, in_process), strict=True):
+    first_index: dict[tuple[str, str], int] = {}
+    copies: dict[int, int] = {}
+
+    def symbolic_pairs():
+        for i, (completion, gold) in enumerate(zip(completions, solution, strict=True)):
+            start = time.perf_counter()
+            verdict = _first_stage(completion, gold, extract, result, i)
+            result.seconds[i] = time.perf_counter() - start
+            if isinstance(verdict, tuple) and verdict in first_index:
+                copies[i] = first_index[verdict]
+            elif isinstance(verdict, tuple):
+                first_index[verdict] = i
+                hard.append(i)
+                yield (*verdict, time_limit)
+            elif verdict is not None:
+                result.rewards[i] = float(verdict)
+
+    outcomes = _check_symbolically(symbolic_pairs(), n, time_limit, in_process)
+    outcomes += [ItemResult("error")] * (len(hard) - len(outcomes))
+    by_index = dict(zip(hard, outcomes, strict=True))
+    by_index.update({i: by_index[first] for i, first in copies.items()})
+    for i, item in by_index.items():
         result.rewards[i] = float(item.status == "ok" and bool(item.value))
         result.seconds[i] += item.seconds
         result.timeouts += item.status == "timeout"
@@ -119,9 +131,8 @@ def _gold_text(gold) -> str:
     return str(gold).strip()[:_MAX_GOLD_CHARS] if gold is not None else ""
 
 
-def _check_symbolically(pairs, time_limit, in_process) -> list[ItemResult]:
-    if not pairs:
-        return []
+def _check_symbolically(pairs: Iterator[tuple], expected: int, time_limit: float, in_process: bool) -> list:
+    """`ItemResult`s of `symbolic_equal` for the pairs, which are produced lazily while the workers compute."""
     if in_process:
         outcomes = []
         for pair in pairs:
@@ -132,10 +143,12 @@ def _check_symbolically(pairs, time_limit, in_process) -> list[ItemResult]:
                 outcomes.append(ItemResult("error", None, time.perf_counter() - start))
         return outcomes
     try:
-        return get_pool().map(symbolic_equal, pairs, time_limit)
+        return get_pool().map(symbolic_equal, pairs, time_limit, expected=expected)
     except Exception:  # noqa: BLE001 - e.g. the OS refused new processes: score 0 rather than stop training
-        logger.exception("The grading pool failed; scoring %d answers as 0", len(pairs))
-        return [ItemResult("error")] * len(pairs)
+        logger.exception("The grading pool failed; scoring the affected answers as 0")
+        for _ in pairs:  # finish the trainer-side stage so every other answer is still graded
+            pass
+        return []
 
 
 def _report(name: str, result: GradeResult, log_metric, log_extra) -> list[float]:

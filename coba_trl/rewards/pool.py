@@ -19,7 +19,7 @@ import signal
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from multiprocessing.connection import wait
 
@@ -117,58 +117,86 @@ class TimeLimitedPool:
             self._context.set_forkserver_preload(_PRELOAD)
 
     def map(
-        self, func: Callable, items: Sequence[tuple], time_limit: float, min_items_per_worker: int = 2
+        self,
+        func: Callable,
+        items: Iterable[tuple],
+        time_limit: float,
+        expected: int | None = None,
+        min_items_per_worker: int = 2,
     ) -> list[ItemResult]:
-        """Results of `func(*item)` in item order. Uses `ceil(len(items) / min_items_per_worker)` workers at most."""
-        if not items:
-            return []
-        with self._lock:
-            wanted = min(self.max_workers, -(-len(items) // max(1, min_items_per_worker)))
-            while len(self._workers) < wanted:
-                self._workers.append(_Worker(self._context, self.memory_limit))
-            return self._run(func, items, time_limit, self._workers[:wanted])
+        """Results of `func(*item)`, in the order the items come.
 
-    def _run(self, func, items, time_limit, workers) -> list[ItemResult]:
-        results: list[ItemResult | None] = [None] * len(items)
-        todo = deque(range(len(items)))
-        idle = deque(range(len(workers)))
+        `items` may be a lazy iterable: the calling process keeps pulling items (doing whatever cheap work produces
+        them) while the workers compute. At most `ceil(expected / min_items_per_worker)` workers are used, started
+        only when an item needs one; `expected` defaults to `len(items)`.
+        """
+        if expected is None:
+            items = list(items)
+            expected = len(items)
+        wanted = max(1, min(self.max_workers, -(-expected // max(1, min_items_per_worker))))
+        with self._lock:
+            return self._run(func, iter(items), time_limit, wanted)
+
+    def _run(self, func, source: Iterator[tuple], time_limit: float, wanted: int) -> list[ItemResult]:
+        results: list[ItemResult | None] = []
+        pending: deque[tuple[int, tuple]] = deque()
+        idle = deque(range(min(wanted, len(self._workers))))
         busy: dict[int, tuple[int, float]] = {}
-        while todo or busy:
-            while todo and idle:
-                slot, index = idle.popleft(), todo.popleft()
+        exhausted = False
+        while not exhausted or pending or busy:
+            if not exhausted:
+                args = next(source, None)
+                if args is None:
+                    exhausted = True
+                else:
+                    results.append(None)
+                    pending.append((len(results) - 1, args))
+            while pending and (idle or len(self._workers) < wanted):
+                if not idle:
+                    self._workers.append(_Worker(self._context, self.memory_limit))
+                    idle.append(len(self._workers) - 1)
+                slot, (index, args) = idle.popleft(), pending.popleft()
                 try:
-                    workers[slot].conn.send((func, items[index]))
+                    self._workers[slot].conn.send((func, args))
+                    busy[slot] = (index, time.monotonic())
                 except OSError:
                     results[index] = ItemResult("error", "worker pipe closed")
-                    self._replace(workers, slot)
+                    self._replace(slot)
                     idle.append(slot)
-                    continue
-                busy[slot] = (index, time.monotonic())
-            next_deadline = min(started for _, started in busy.values()) + time_limit
-            ready = wait([workers[slot].conn for slot in busy], timeout=max(0.0, next_deadline - time.monotonic()))
-            now = time.monotonic()
-            for slot in list(busy):
-                index, started = busy[slot]
-                if workers[slot].conn in ready:
-                    try:
-                        status, value = workers[slot].conn.recv()
-                    except (EOFError, OSError):
-                        status, value = "error", "worker died"
-                        self._replace(workers, slot)
-                    results[index] = ItemResult(status, value, now - started)
-                elif now - started >= time_limit:
-                    results[index] = ItemResult("timeout", None, now - started)
-                    self._replace(workers, slot)
-                else:
-                    continue
-                del busy[slot]
-                idle.append(slot)
+            if busy:
+                self._collect(busy, idle, results, time_limit, block=exhausted)
         return results
 
-    def _replace(self, workers: list[_Worker], slot: int) -> None:
-        workers[slot].kill()
-        workers[slot] = self._workers[slot] = _Worker(self._context, self.memory_limit)
+    def _collect(self, busy: dict, idle: deque, results: list, time_limit: float, block: bool) -> None:
+        """Take finished results; kill and replace workers past the limit. Waits until the next deadline if `block`."""
+        timeout = min(started for _, started in busy.values()) + time_limit - time.monotonic() if block else 0.0
+        ready = wait([self._workers[slot].conn for slot in busy], timeout=max(0.0, timeout))
+        now = time.monotonic()
+        for slot in list(busy):
+            index, started = busy[slot]
+            if self._workers[slot].conn in ready:
+                try:
+                    status, value = self._workers[slot].conn.recv()
+                except (EOFError, OSError):
+                    status, value = "error", "worker died"
+                    self._replace(slot)
+                results[index] = ItemResult(status, value, now - started)
+            elif now - started >= time_limit:
+                results[index] = ItemResult("timeout", None, now - started)
+                self._replace(slot)
+            else:
+                continue
+            del busy[slot]
+            idle.append(slot)
+
+    def _replace(self, slot: int) -> None:
+        self._workers[slot].kill()
+        self._workers[slot] = _Worker(self._context, self.memory_limit)
         self.workers_replaced += 1
+
+    def worker_pids(self) -> list[int]:
+        """Process ids of the live workers (for monitoring, e.g. their CPU time)."""
+        return [worker.process.pid for worker in self._workers if worker.process.is_alive()]
 
     def shutdown(self) -> None:
         """Stop every worker (idempotent); the pool starts new ones if used again."""
