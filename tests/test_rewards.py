@@ -275,6 +275,18 @@ def test_pool_survives_a_worker_that_dies():
         pool.shutdown()
 
 
-def test_pool_size_must_be_positive():
+def test_worker_start_up_does_not_count_against_the_item():
+    pool = TimeLimitedPool(max_workers=1, start_method="spawn")
+    try:
+        result = pool.map(_sleep, [(0,)], time_limit=0.2)[0]
+        assert result.status == "ok"
+        assert result.seconds < 0.2
+    finally:
+        pool.shutdown()
+
+
+def test_pool_arguments_are_checked():
     with pytest.raises(ValueError, match="max_workers"):
         TimeLimitedPool(max_workers=0)
+    with pytest.raises(ValueError, match="start_method"):
+        TimeLimitedPool(start_method="fork")

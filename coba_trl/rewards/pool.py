@@ -12,6 +12,8 @@ down at interpreter exit.
 """
 
 import atexit
+import importlib
+import logging
 import multiprocessing
 import os
 import resource
@@ -23,9 +25,16 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from multiprocessing.connection import wait
 
-WORKER_MEMORY_LIMIT_BYTES = 3 * 1024**3
-"""Address-space limit of a worker: a sympy bomb fails fast with MemoryError instead of swapping the machine."""
+logger = logging.getLogger(__name__)
 
+WORKER_MEMORY_HEADROOM_BYTES = 3 * 1024**3
+"""Address space a worker may add to what it maps at start (a fork of a server that may hold torch): a sympy bomb
+then fails fast with MemoryError instead of swapping the machine."""
+
+WORKER_START_LIMIT = 120.0
+"""Seconds a new worker may take to start (import the training script's modules) before it counts as failed."""
+
+_MAX_FAILED_STARTS = 3
 _PRELOAD = ["__main__", "math_verify", "coba_trl.rewards.equivalence"]
 """Imported once in the fork server. `__main__` first: then workers do not each re-run the main module's imports
 (guard a training script with `if __name__ == "__main__":`, as for any multiprocessing code)."""
@@ -50,10 +59,24 @@ def default_num_workers() -> int:
     return max(1, cpus // local_world_size)
 
 
-def _worker_main(conn, memory_limit: int) -> None:
+def _limit_memory(headroom: int) -> None:
+    try:
+        with open("/proc/self/statm") as statm:
+            mapped = int(statm.read().split()[0]) * resource.getpagesize()
+        _, hard = resource.getrlimit(resource.RLIMIT_AS)
+        limit = mapped + headroom if hard == resource.RLIM_INFINITY else min(hard, mapped + headroom)
+        resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
+    except (OSError, ValueError):
+        pass  # no /proc (macOS) or a limit we may not set: the time limit still holds
+
+
+def _worker_main(conn, memory_headroom: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    if memory_limit > 0:
-        resource.setrlimit(resource.RLIMIT_AS, (memory_limit, memory_limit))
+    for module in _PRELOAD[1:]:
+        importlib.import_module(module)
+    if memory_headroom > 0:
+        _limit_memory(memory_headroom)
+    conn.send(("ready", os.getpid()))
     while True:
         try:
             task = conn.recv()
@@ -73,11 +96,19 @@ def _worker_main(conn, memory_limit: int) -> None:
 
 
 class _Worker:
-    def __init__(self, context, memory_limit: int):
+    """One worker process and its pipe. A worker is `ready` once it has said so; `task` is (item index, start)."""
+
+    def __init__(self, context, memory_headroom: int):
         self.conn, child_conn = context.Pipe()
-        self.process = context.Process(target=_worker_main, args=(child_conn, memory_limit), daemon=True)
+        self.process = context.Process(target=_worker_main, args=(child_conn, memory_headroom), daemon=True)
         self.process.start()
         child_conn.close()
+        self.started = time.monotonic()
+        self.ready = False
+        self.task: tuple[int, float] | None = None
+
+    def deadline(self, time_limit: float) -> float:
+        return self.task[1] + time_limit if self.task else self.started + WORKER_START_LIMIT
 
     def kill(self) -> None:
         if self.process.is_alive():
@@ -97,21 +128,35 @@ class _Worker:
 class TimeLimitedPool:
     """Runs `func(*args)` for many items in worker processes, each item under a hard wall-clock limit.
 
+    An item's time starts when it is handed to a worker that has finished starting, so a slow worker start (a fork
+    server importing the training script's torch, a loaded machine) never counts against an item.
+
     Args:
         max_workers (`int`, *optional*): Upper bound on worker processes; defaults to `default_num_workers()`.
-        memory_limit (`int`): Address-space limit of each worker in bytes (0 for none).
+        memory_headroom (`int`): Address space in bytes a worker may add to its size at start (0 for no limit).
+        start_method (`str`, *optional*): "forkserver" (default where available) or "spawn".
     """
 
-    def __init__(self, max_workers: int | None = None, memory_limit: int = WORKER_MEMORY_LIMIT_BYTES):
+    def __init__(
+        self,
+        max_workers: int | None = None,
+        memory_headroom: int = WORKER_MEMORY_HEADROOM_BYTES,
+        start_method: str | None = None,
+    ):
         if max_workers is not None and max_workers < 1:
             raise ValueError(f"max_workers ({max_workers}) must be at least 1; use None for one per CPU.")
+        methods = multiprocessing.get_all_start_methods()
+        if start_method not in (None, "forkserver", "spawn") or (start_method and start_method not in methods):
+            raise ValueError(
+                f"start_method ({start_method!r}) must be None, 'forkserver' or 'spawn' (fork is unsafe)."
+            )
         self.max_workers = max_workers or default_num_workers()
-        self.memory_limit = memory_limit
+        self.memory_headroom = memory_headroom
         self.workers_replaced = 0
         self._workers: list[_Worker] = []
         self._lock = threading.Lock()
         self._pid = os.getpid()
-        method = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
+        method = start_method or ("forkserver" if "forkserver" in methods else "spawn")
         self._context = multiprocessing.get_context(method)
         if method == "forkserver":
             self._context.set_forkserver_preload(_PRELOAD)
@@ -140,58 +185,75 @@ class TimeLimitedPool:
     def _run(self, func, source: Iterator[tuple], time_limit: float, wanted: int) -> list[ItemResult]:
         results: list[ItemResult | None] = []
         pending: deque[tuple[int, tuple]] = deque()
-        idle = deque(range(min(wanted, len(self._workers))))
-        busy: dict[int, tuple[int, float]] = {}
-        exhausted = False
-        while not exhausted or pending or busy:
+        exhausted, failed_starts = False, 0
+        while not exhausted or pending or any(w.task for w in self._workers[:wanted]):
             if not exhausted:
                 args = next(source, None)
-                if args is None:
-                    exhausted = True
-                else:
+                exhausted = args is None
+                if not exhausted:
                     results.append(None)
                     pending.append((len(results) - 1, args))
-            while pending and (idle or len(self._workers) < wanted):
-                if not idle:
-                    self._workers.append(_Worker(self._context, self.memory_limit))
-                    idle.append(len(self._workers) - 1)
-                slot, (index, args) = idle.popleft(), pending.popleft()
-                try:
-                    self._workers[slot].conn.send((func, args))
-                    busy[slot] = (index, time.monotonic())
-                except OSError:
-                    results[index] = ItemResult("error", "worker pipe closed")
-                    self._replace(slot)
-                    idle.append(slot)
-            if busy:
-                self._collect(busy, idle, results, time_limit, block=exhausted)
+            if failed_starts >= _MAX_FAILED_STARTS:
+                logger.error(
+                    "No worker process could start (%d tries); remaining items fail. Workers re-import the main "
+                    "module: run from a script file with an `if __name__ == '__main__':` guard.",
+                    failed_starts,
+                )
+                results.extend(ItemResult("error", "no worker could start") for _ in source)
+                for index, _ in pending:
+                    results[index] = ItemResult("error", "no worker could start")
+                pending.clear()
+                exhausted = True
+            if pending and len(self._workers) < wanted:
+                self._workers.append(_Worker(self._context, self.memory_headroom))
+            for worker in self._workers[:wanted]:
+                if pending and worker.ready and worker.task is None:
+                    self._dispatch(worker, func, pending.popleft(), results)
+            failed_starts += self._collect(wanted, results, time_limit, block=exhausted)
         return results
 
-    def _collect(self, busy: dict, idle: deque, results: list, time_limit: float, block: bool) -> None:
-        """Take finished results; kill and replace workers past the limit. Waits until the next deadline if `block`."""
-        timeout = min(started for _, started in busy.values()) + time_limit - time.monotonic() if block else 0.0
-        ready = wait([self._workers[slot].conn for slot in busy], timeout=max(0.0, timeout))
-        now = time.monotonic()
-        for slot in list(busy):
-            index, started = busy[slot]
-            if self._workers[slot].conn in ready:
+    def _dispatch(self, worker: _Worker, func, item: tuple[int, tuple], results: list) -> None:
+        index, args = item
+        try:
+            worker.conn.send((func, args))
+            worker.task = (index, time.monotonic())
+        except OSError:
+            results[index] = ItemResult("error", "worker pipe closed")
+            self._replace(worker)
+
+    def _collect(self, wanted: int, results: list, time_limit: float, block: bool) -> int:
+        """Take results and start-up messages; replace workers past their deadline. Returns failed starts."""
+        watched = [w for w in self._workers[:wanted] if w.task or not w.ready]
+        if not watched:
+            return 0
+        timeout = min(w.deadline(time_limit) for w in watched) - time.monotonic() if block else 0.0
+        ready = wait([w.conn for w in watched], timeout=max(0.0, timeout))
+        now, failed_starts = time.monotonic(), 0
+        for worker in watched:
+            lost = False
+            if worker.conn in ready:
                 try:
-                    status, value = self._workers[slot].conn.recv()
+                    status, value = worker.conn.recv()
                 except (EOFError, OSError):
-                    status, value = "error", "worker died"
-                    self._replace(slot)
-                results[index] = ItemResult(status, value, now - started)
-            elif now - started >= time_limit:
-                results[index] = ItemResult("timeout", None, now - started)
-                self._replace(slot)
+                    status, value, lost = "error", "worker died", True
+            elif now >= worker.deadline(time_limit):
+                status, value, lost = "timeout", None, True
             else:
                 continue
-            del busy[slot]
-            idle.append(slot)
+            if worker.task is not None:
+                results[worker.task[0]] = ItemResult(status, value, now - worker.task[1])
+                worker.task = None
+            elif not lost:
+                worker.ready = True
+            else:
+                failed_starts += 1
+            if lost:
+                self._replace(worker)
+        return failed_starts
 
-    def _replace(self, slot: int) -> None:
-        self._workers[slot].kill()
-        self._workers[slot] = _Worker(self._context, self.memory_limit)
+    def _replace(self, worker: _Worker) -> None:
+        worker.kill()
+        self._workers[self._workers.index(worker)] = _Worker(self._context, self.memory_headroom)
         self.workers_replaced += 1
 
     def worker_pids(self) -> list[int]:
