@@ -142,3 +142,11 @@ def test_round_robin_equals_cycling(room, amount):
                 expected[i] += 1
                 left -= 1
     assert round_robin(room, amount).tolist() == expected.tolist()
+
+
+def test_flat_gains_are_solved_exactly():
+    gains, group = knapsack_problem([1e-20, 1e-20, 0.5, 3e-17])
+    assert gains.log_high[0] == 0.0
+    for total in (0, 3, 40, 250, 400):
+        fast = greedy_counts(gains, group, 2, 100, total)
+        assert fast.tolist() == heap_greedy(gains, group, 2, 100, total).tolist()

@@ -13,7 +13,9 @@ from .values import KnapsackGains
 
 def knapsack_need(pass_rates: np.ndarray, max_budget: int) -> np.ndarray:
     """Released need estimate min(B_up, log(0.1) / log(max(p, 1 - p))), rounded up, for 0 < p < 1."""
-    return np.minimum(np.ceil(np.log(0.1) / np.log(np.maximum(pass_rates, 1.0 - pass_rates))), max_budget)
+    log_high = np.log(np.maximum(pass_rates, 1.0 - pass_rates))
+    safe = np.where(log_high < 0.0, log_high, -1.0)
+    return np.where(log_high < 0.0, np.minimum(np.ceil(np.log(0.1) / safe), max_budget), max_budget)
 
 
 class KnapsackAllocator(BudgetAllocator):

@@ -17,6 +17,8 @@ The cost is O(M log M) in the number of prompts M and independent of the budget 
 
 import numpy as np
 
+MIN_SLOPE = 1e-12  # per unit, in log-gain; flatter envelopes are tilted to this (the upper line keeps its bound)
+
 
 def fill_in_order(counts: np.ndarray, room: np.ndarray, amount: int) -> np.ndarray:
     """Give each entry, in order, up to `room` more units until `amount` is spent (first come, first served)."""
@@ -47,8 +49,10 @@ def greedy_counts(gains, group: np.ndarray, floor: int, units, total: int) -> np
     if total <= 0:
         return np.zeros(len(group), dtype=np.int64)
     start = np.where(live_units > 0, intercept - slope * floor, 0.0)
+    steep = np.maximum(slope, MIN_SLOPE)  # a flat line (gains that no longer shrink) tilted just enough to count
     margin = 1e-9 * (1.0 + np.abs(start))
-    lower, upper = start - margin, start + spread + margin
+    lower, upper = start - margin, start + spread + margin + (steep - slope) * live_units
+    slope = steep
     lam_low = _relaxed_threshold(lower, slope, live_units, multiplicity, min(total + 1, live_capacity))
     lam_high = _relaxed_threshold(upper, slope, live_units, multiplicity, total - 1 - len(group))
     low = _line_count(lower, slope, live_units, lam_high)
