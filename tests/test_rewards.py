@@ -90,6 +90,13 @@ DAPO_CASES = [
     ("Answer: \x00\ufffd\ufffd", "5", 0),
     ("Answer: 12", 12, 1),
     ("Answer: 27", 27.0, 1),
+    ("Answer: 3\\frac{1}{2}", "3.5", 1),
+    ("Answer: 3 \\frac{1}{2}", "7/2", 1),
+    ("Answer: 12 apples", "12", 1),
+    ("Answer: 5x", "5", 0),
+    ("Answer: 12<|im_end|>", "12", 1),
+    ("Answer: (-5)", "-5", 1),
+    ("Answer: \\frac{1}{\\sqrt{2}}", "\\frac{\\sqrt{2}}{2}", 1),
 ]
 
 # Evaluation grader: last \boxed{} (or an answer: marker), symbolic equivalence.

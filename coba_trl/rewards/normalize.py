@@ -49,6 +49,10 @@ _REMOVED = (
 _CHAR_FIXES = {"\u2212": "-", "\u2013": "-", "\u00d7": "\\times", "\u221a": "\\sqrt", "\u03c0": "\\pi"}
 _CONJUNCTION = re.compile(r"\s*(?:\\(?:text|mbox|mathrm)\{\s*(?:or|and)\s*\}|\b(?:or|and)\b)\s*")
 """`x = 3 or x = -3` and `2 and -2` list several answers: make them comma-separated for math-verify."""
+_SPECIAL_TOKENS = re.compile(r"<\|[^<>|]{1,40}\|>|</?s>|<\uff5c[^<>\uff5c]{1,40}\uff5c>")
+_NUMBER_THEN_WORDS = re.compile(r"^([+-]?\d[\d,]*(?:\.\d+)?)\s+[A-Za-z]{2,}[A-Za-z\s.'-]*$")
+"""`12 apples`, `5 red marbles`: a number followed by plain words is that number."""
+_MIXED_NUMBER = re.compile(r"^([+-]?)(\d+)\\frac\{(\d+)\}\{(\d+)\}$")
 _THOUSANDS = re.compile(r"^[+-]?\d{1,3}(?:,\d{3})+(?:\.\d+)?$")
 _SPACES = re.compile(r"(\\[a-zA-Z]+)?\s+(?=([a-zA-Z])?)")
 _PLAIN_NUMBER = re.compile(r"^[+-]?(?:\d+\.?\d*|\.\d+)$")
@@ -98,7 +102,7 @@ def normalize_answer(answer: str) -> str:
     >>> normalize_answer(r"x = \$1,000 \text{ dollars}.")
     '1000'
     """
-    text = answer.strip()
+    text = _SPECIAL_TOKENS.sub("", answer).strip()
     for bad, good in _CHAR_FIXES.items():
         text = text.replace(bad, good)
     text = _LEADING_PHRASE.sub("", text).replace("\\$", "")
@@ -112,6 +116,7 @@ def normalize_answer(answer: str) -> str:
     if "=" in text and not re.search(r"[<>;]|,(?!\d{3}(?!\d))|\\[lg]eq?|\\neq", text):
         text = text.split("=")[-1]
     text = _strip_units(_strip_units(_TEXT_UNIT.sub("", text.strip().rstrip(".").strip())))
+    text = _NUMBER_THEN_WORDS.sub(r"\1", text)
     text = text.replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac").replace("\\mbox", "\\text")
     text = _TEXT_WRAPPER.sub(r"\1", text)
     for removed in _REMOVED:
@@ -141,11 +146,18 @@ def _canonical_decimal(text: str) -> str:
 
 
 def as_number(text: str) -> Fraction | None:
-    """Exact value of a normalised plain number (`-12`, `0.5`, `1e3`, `3/4`, `\\frac{3}{4}`, `-\\frac{3}{4}`), else None."""
+    """Exact value of a normalised plain number, else None.
+
+    Integers, decimals, `1e3`, `3/4`, `\\frac{3}{4}`, `-\\frac{3}{4}`, and mixed numbers such as `3\\frac{1}{2}` (3.5).
+    """
     if len(text) > 60:
         return None
     if _PLAIN_NUMBER.match(text) or _SCIENTIFIC.match(text):
         return Fraction(text)
+    mixed = _MIXED_NUMBER.match(text)
+    if mixed and 0 < int(mixed.group(3)) < int(mixed.group(4)):
+        value = int(mixed.group(2)) + Fraction(int(mixed.group(3)), int(mixed.group(4)))
+        return -value if mixed.group(1) == "-" else value
     match = _FRACTION.match(text)
     if not match:
         return None
