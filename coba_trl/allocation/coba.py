@@ -77,6 +77,10 @@ class CoBAAllocator(BudgetAllocator):
     Defaults follow the released run script: kappa 11, B_low 2, B_up 128, window 1, gamma 10, adaptive tau,
     the 0.6-to-0.8 heap share and bands (0.05, 0.99). Paper mode: hard_threshold=0.0, easy_threshold=1.0,
     heap_fraction=1.0 (everything through the heap).
+
+    Budget limits: B_total < M * B_low is not an error (uniform split); when B_total > M * B_up every prompt
+    gets B_up and the counts sum to M * B_up; the all-unseen uniform split (epoch 1) does not apply B_up, so
+    keep max_budget >= ceil(B_total / M).
     """
 
     name = "coba"
