@@ -40,4 +40,4 @@ def symbolic_equal(gold: str, pred: str, time_limit: float = 5.0) -> bool:
     pred_parsed = _parse_both_ways(pred, seconds)
     if not gold_parsed or not pred_parsed:
         return False
-    return bool(verify(gold_parsed, pred_parsed, timeout_seconds=seconds))
+    return bool(verify(gold_parsed, pred_parsed, allow_set_relation_comp=True, timeout_seconds=seconds))
