@@ -3,7 +3,8 @@
 Grades 4,096 realistic completions (groups of 16 per prompt: right and wrong integers, symbolic forms that need
 math-verify, long rambling completions, malformed ones) in batches of 512, as a GRPO step would, with every symbolic
 check in this process (the baseline) and with the worker pool, alternating, `--repeats` passes each; the fastest
-pass of each mode counts. Prints completions per second for both, the ratio (target:
+pass of each mode counts. The raw CPU scaling of the same number of processes, measured right after, is the ceiling
+for the speed-up on a shared machine. Prints completions per second for both, the ratio (target:
 pooled >= 1.7x sequential on 2 cores), p50 / p99 / max per-item grading seconds, and time-outs. A second, pooled-only
 pass adds sympy bombs and checks that no item runs over its limit plus 1 s (a bomb could hang the in-process
 baseline, so it gets none). The machine's load average is printed: other processes sharing the CPUs lower the ratio.
@@ -12,6 +13,7 @@ baseline, so it gets none). The machine's load average is printed: other process
 """
 
 import argparse
+import multiprocessing
 import os
 import random
 import statistics
@@ -91,6 +93,30 @@ def run(completions, golds, batch, time_limit, in_process):
     return rewards, seconds, timeouts, time.perf_counter() - start
 
 
+def _spin(n: int) -> int:
+    total = 0
+    for i in range(n):
+        total += i * i % 7
+    return total
+
+
+def parallel_scaling(workers: int, n: int = 3_000_000) -> float:
+    """How much faster `workers` processes finish `workers` equal CPU-bound units than one process does, right now.
+
+    2.0 on two idle cores; about 1.0 when other processes already occupy one of them.
+    """
+    start = time.perf_counter()
+    for _ in range(workers):
+        _spin(n)
+    alone = time.perf_counter() - start
+    with multiprocessing.get_context("forkserver").Pool(workers) as pool:
+        pool.map(_spin, [10] * workers)
+        start = time.perf_counter()
+        pool.map(_spin, [n] * workers)
+        together = time.perf_counter() - start
+    return alone / together
+
+
 def workers_cpu_seconds() -> float:
     """CPU seconds used so far by the pool's live workers (Linux /proc)."""
     total = 0.0
@@ -144,6 +170,10 @@ def main():
         f"about {ideal:.2f} s: {seq_cpu / ideal:.2f}x the sequential CPU time"
     )
     print(f"accuracy of the mix: {sum(pooled[0]) / args.n:.3f}; load after: {os.getloadavg()}")
+    print(
+        f"raw CPU scaling of {get_pool().max_workers} processes right now (the ceiling for the speed-up): "
+        f"{parallel_scaling(get_pool().max_workers):.2f}x"
+    )
 
     adversarial = completions[:252] + [f"Answer: {b}" for b in BOMBS]
     adv_golds = golds[:252] + ["5"] * len(BOMBS)
