@@ -1,0 +1,79 @@
+"""Procedurally generated arithmetic problems of graded difficulty for the offline CPU demo.
+
+Each problem is a sum of single digits whose difficulty grows with the number of operands, so a small model finds
+some prompts easy and some hard: the spread of pass rates CoBA-RL's allocation works on (algorithm.md section 5).
+Answers use the DAPO-Math format, a last line ``Answer: <integer>``, so the DAPO reward grades them.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+from datasets import Dataset
+
+# Number of single-digit operands per difficulty level: more operands, more to add up, harder.
+DIFFICULTY_LEVELS: tuple[int, ...] = (3, 4, 5, 6, 7)
+
+
+@dataclass(frozen=True)
+class Problem:
+    question: str
+    answer: int
+    level: int
+
+    @property
+    def completion(self) -> str:
+        """The reference completion the warm-start phase imitates."""
+        return f"Answer: {self.answer}"
+
+
+def make_problem(rng: random.Random, level: int) -> Problem:
+    """One problem of difficulty ``level`` (an index into ``DIFFICULTY_LEVELS``): a sum of single digits."""
+    operands = [rng.randint(0, 9) for _ in range(DIFFICULTY_LEVELS[level])]
+    return Problem(question="+".join(map(str, operands)) + "=", answer=sum(operands), level=level)
+
+
+def make_problems(num_problems: int, seed: int, exclude: set[str] | None = None, unique: bool = True) -> list[Problem]:
+    """``num_problems`` problems, levels cycling evenly, none of whose questions is in ``exclude``.
+
+    With ``unique`` no question repeats (the easiest level has 1,000 distinct questions).
+    """
+    rng = random.Random(seed)
+    seen = set(exclude or ())
+    problems: list[Problem] = []
+    while len(problems) < num_problems:
+        problem = make_problem(rng, len(problems) % len(DIFFICULTY_LEVELS))
+        if problem.question not in seen:
+            if unique:
+                seen.add(problem.question)
+            problems.append(problem)
+    return problems
+
+
+def demo_problem_sets(
+    num_train: int, num_heldout: int, num_warm_start: int, seed: int
+) -> tuple[list[Problem], list[Problem], list[Problem]]:
+    """Distinct RL training prompts, distinct held-out problems and a warm-start stream (repeats allowed).
+
+    All three share the level mix; neither training set contains a held-out question.
+    """
+    if num_heldout > 500 * len(DIFFICULTY_LEVELS):
+        raise ValueError(f"num_heldout ({num_heldout}) must be at most {500 * len(DIFFICULTY_LEVELS)}.")
+    heldout = make_problems(num_heldout, seed=seed + 1)
+    excluded = {p.question for p in heldout}
+    train = make_problems(num_train, seed=seed, exclude=excluded)
+    warm_start = make_problems(num_warm_start, seed=seed + 2, exclude=excluded, unique=False)
+    return train, heldout, warm_start
+
+
+def to_prompt_dataset(problems: list[Problem]) -> Dataset:
+    """GRPO rows: a one-message chat ``prompt``, the ``solution`` string, a stable ``prompt_id`` and the level."""
+    return Dataset.from_dict(
+        {
+            "prompt": [[{"role": "user", "content": p.question}] for p in problems],
+            "solution": [str(p.answer) for p in problems],
+            "prompt_id": [str(i) for i in range(len(problems))],
+            "level": [p.level for p in problems],
+        }
+    )

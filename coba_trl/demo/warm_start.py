@@ -1,0 +1,69 @@
+"""Warm-start phase of the CPU demo: a short supervised pass so the tiny model starts RL mediocre, not at zero.
+
+Plain torch training loop (teacher forcing, loss on the completion tokens only): for a model this small it is
+faster and simpler than a full ``SFTTrainer``. The phase is deliberately short, so that the model answers the easy
+levels but not yet the hard ones and RL has room to improve it.
+"""
+
+from __future__ import annotations
+
+import random
+
+import torch
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from coba_trl.demo.task import Problem
+
+
+def encode_pair(tokenizer: PreTrainedTokenizerBase, problem: Problem) -> tuple[list[int], int]:
+    """Token ids of prompt + completion + end-of-turn, and the index where the completion starts."""
+    prompt_ids = tokenizer.apply_chat_template(
+        [{"role": "user", "content": problem.question}], add_generation_prompt=True, tokenize=True, return_dict=False
+    )
+    completion_ids = tokenizer(problem.completion, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+    return list(prompt_ids) + completion_ids, len(prompt_ids)
+
+
+def _collate(batch: list[tuple[list[int], int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    width = max(len(ids) for ids, _ in batch)
+    input_ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
+    attention = torch.zeros_like(input_ids)
+    labels = torch.full_like(input_ids, -100)
+    for row, (ids, start) in enumerate(batch):
+        input_ids[row, : len(ids)] = torch.tensor(ids)
+        attention[row, : len(ids)] = 1
+        labels[row, start : len(ids)] = input_ids[row, start : len(ids)]
+    return input_ids, attention, labels
+
+
+def warm_start(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    problems: list[Problem],
+    steps: int,
+    batch_size: int = 64,
+    learning_rate: float = 3e-3,
+    seed: int = 0,
+    log_every: int = 50,
+) -> list[float]:
+    """Run ``steps`` AdamW steps of supervised fine-tuning on ``problems``; returns the loss of each step."""
+    examples = [encode_pair(tokenizer, p) for p in problems]
+    rng = random.Random(seed)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate, weight_decay=0.0)
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / 20))
+    model.train()
+    losses = []
+    for step in range(steps):
+        batch = [examples[rng.randrange(len(examples))] for _ in range(batch_size)]
+        input_ids, attention, labels = _collate(batch, tokenizer.pad_token_id)
+        loss = model(input_ids=input_ids, attention_mask=attention, labels=labels).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        schedule.step()
+        optimizer.zero_grad()
+        losses.append(loss.item())
+        if log_every and (step + 1) % log_every == 0:
+            print(f"[warm-start] step {step + 1}/{steps}  loss {loss.item():.3f}", flush=True)
+    model.eval()
+    return losses
