@@ -185,3 +185,20 @@ def test_unknown_benchmark_and_missing_columns_are_clear_errors(tmp_path):
     path.write_text(json.dumps({"question": "1+1?", "response": "2"}) + "\n")
     with pytest.raises(ValueError, match="no answer column"):
         load_eval_benchmark("minerva", path=str(path))
+
+
+def test_chat_prompts_with_a_system_message_use_the_user_turn(tmp_path):
+    system = {"role": "system", "content": "You are a careful mathematician."}
+    rows = [
+        {
+            "prompt": [system, {"role": "user", "content": f"{DAPO_PREFIX}\n\nWhat is {n}+1?\n\n{DAPO_SUFFIX}"}],
+            "reward_model": {"ground_truth": str(n + 1)},
+        }
+        for n in (1, 2, 1)
+    ]
+    path = tmp_path / "system.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    dataset = load_dapo_math(str(path), deduplicate="text")
+    assert dataset.duplicates_dropped == 1
+    assert dataset["problem"] == ["What is 1+1?", "What is 2+1?"]
+    assert dataset["solution"] == ["2", "3"]

@@ -56,11 +56,19 @@ def _ids(dataset: datasets.Dataset) -> list | None:
     return pc.struct_field(dataset.data.column("extra_info"), "index").to_pylist()
 
 
+def _last_user_content(messages: list | None) -> str:
+    users = [m.get("content") or "" for m in messages or [] if m.get("role") == "user"]
+    return users[-1] if users else ""
+
+
 def _raw_contents(dataset: datasets.Dataset, schema: str) -> list[str]:
+    """The user text of every row (fast path in Arrow for the usual single-message prompts)."""
     column = dataset.data.column("prompt")
-    if schema == "verl":
+    if schema == "verl" and pc.max(pc.list_value_length(column)).as_py() == 1:
         column = pc.struct_field(pc.list_element(column, 0), "content")
-    return column.to_pylist()
+    elif schema == "verl":
+        return [_last_user_content(messages) for messages in column.to_pylist()]
+    return [content or "" for content in column.to_pylist()]
 
 
 def _dedup_keys(dataset: datasets.Dataset, schema: str, deduplicate) -> list:
@@ -70,7 +78,8 @@ def _dedup_keys(dataset: datasets.Dataset, schema: str, deduplicate) -> list:
             return ids
     elif deduplicate != "text":
         raise ValueError(f"deduplicate ({deduplicate!r}) must be True / 'id', 'text' or False.")
-    return [strip_instruction(c or "") for c in _raw_contents(dataset, schema)]
+    problems: dict[str, str] = {}
+    return [problems.get(c) or problems.setdefault(c, strip_instruction(c)) for c in _raw_contents(dataset, schema)]
 
 
 def _first_occurrences(keys: list) -> list[int]:
@@ -85,9 +94,7 @@ def _first_occurrences(keys: list) -> list[int]:
 
 def _normalise_row(row: dict, schema: str, instruction: str, prompt_column: str) -> dict:
     if schema == "verl":
-        messages = row[prompt_column] or []
-        users = [m.get("content") or "" for m in messages if m.get("role") == "user"]
-        content = users[-1] if users else ""
+        content = _last_user_content(row[prompt_column])
         solution = (row.get("reward_model") or {}).get("ground_truth")
     else:
         content, solution = row["prompt"] or "", row["solution"]
