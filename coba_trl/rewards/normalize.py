@@ -10,6 +10,8 @@ trainer process, so only genuinely symbolic answers need the math-verify worker 
 import re
 from fractions import Fraction
 
+from coba_trl.rewards.extraction import last_boxed
+
 _UNIT_WORDS = (
     "square units|square feet|square inches|square meters|square centimeters|sq units|units|unit|"
     "degrees|degree|radians|cm|mm|km|m|meters|meter|metres|inches|inch|in|feet|foot|ft|miles|mile|mph|"
@@ -40,7 +42,6 @@ _REMOVED = (
     "^\\circ",
     "^{\\circ}",
     "°",
-    "\\circ",
     "\\ ",
     "~",
     "**",
@@ -90,8 +91,6 @@ def _fix_shorthands(text: str) -> str:
 
 
 def _unwrap_boxed(text: str) -> str:
-    from coba_trl.rewards.extraction import last_boxed
-
     inner = last_boxed(text) if ("\\boxed" in text or "\\fbox" in text) else None
     return inner if inner is not None else text
 
