@@ -185,7 +185,7 @@ class TimeLimitedPool:
     def _run(self, func, source: Iterator[tuple], time_limit: float, wanted: int) -> list[ItemResult]:
         results: list[ItemResult | None] = []
         pending: deque[tuple[int, tuple]] = deque()
-        exhausted, failed_starts = False, 0
+        exhausted, failed_starts, gave_up = False, 0, False
         while not exhausted or pending or any(w.task for w in self._workers[:wanted]):
             if not exhausted:
                 args = next(source, None)
@@ -193,7 +193,7 @@ class TimeLimitedPool:
                 if not exhausted:
                     results.append(None)
                     pending.append((len(results) - 1, args))
-            if failed_starts >= _MAX_FAILED_STARTS:
+            if failed_starts >= _MAX_FAILED_STARTS and not gave_up:
                 logger.error(
                     "No worker process could start (%d tries); remaining items fail. Workers re-import the main "
                     "module: run from a script file with an `if __name__ == '__main__':` guard.",
@@ -203,7 +203,7 @@ class TimeLimitedPool:
                 for index, _ in pending:
                     results[index] = ItemResult("error", "no worker could start")
                 pending.clear()
-                exhausted = True
+                exhausted = gave_up = True
             if pending and len(self._workers) < wanted:
                 self._workers.append(_Worker(self._context, self.memory_headroom))
             for worker in self._workers[:wanted]:
