@@ -215,9 +215,11 @@ def test_sequential_grading_matches_the_pool():
     assert all(0 <= s < LIMIT for s in pooled.seconds)
 
 
-def test_mismatched_lengths_are_a_clear_error():
+def test_mismatched_lengths_and_a_missing_solution_column_are_clear_errors():
     with pytest.raises(ValueError, match="one `solution` per completion"):
         dapo_accuracy_reward(["Answer: 1"], ["1", "2"])
+    with pytest.raises(ValueError, match="need a `solution` column"):
+        boxed_accuracy_reward(completions=["Answer: 1"], prompts=["p"])
 
 
 def test_dapo_extraction_reads_only_the_last_300_characters():

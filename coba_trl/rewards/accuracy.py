@@ -59,7 +59,7 @@ class GradeResult:
 
 def grade(
     completions: Sequence,
-    solution: Sequence,
+    solution: Sequence | None,
     extract: Callable[[str], str | None],
     time_limit: float = DEFAULT_TIME_LIMIT,
     in_process: bool = False,
@@ -74,6 +74,11 @@ def grade(
         in_process: Run the symbolic checks in this process instead of the worker pool (the sequential baseline of
             `benchmarks/reward_throughput.py`; only math-verify's alarm-based time-outs, main thread only).
     """
+    if solution is None:
+        raise ValueError(
+            "The math rewards need a `solution` column with the ground-truth answers; load the data with "
+            "`coba_trl.data.load_dapo_math` or `load_eval_benchmark`, or add the column to your dataset."
+        )
     if len(completions) != len(solution):
         raise ValueError(
             f"Got {len(completions)} completions but {len(solution)} solutions; pass one `solution` per completion."
@@ -164,7 +169,7 @@ def _report(name: str, result: GradeResult, log_metric, log_extra) -> list[float
 
 def dapo_accuracy_reward(
     completions: list,
-    solution: list,
+    solution: list | None = None,
     log_metric: Callable[[str, float], None] | None = None,
     log_extra: Callable[[str, list], None] | None = None,
     time_limit: float = DEFAULT_TIME_LIMIT,
@@ -190,7 +195,7 @@ def dapo_accuracy_reward(
 
 def boxed_accuracy_reward(
     completions: list,
-    solution: list,
+    solution: list | None = None,
     log_metric: Callable[[str, float], None] | None = None,
     log_extra: Callable[[str, list], None] | None = None,
     time_limit: float = DEFAULT_TIME_LIMIT,
