@@ -301,3 +301,13 @@ def test_pool_arguments_are_checked():
         TimeLimitedPool(max_workers=0)
     with pytest.raises(ValueError, match="start_method"):
         TimeLimitedPool(start_method="fork")
+
+
+def test_worker_count_is_shared_between_local_ranks(monkeypatch):
+    from coba_trl.rewards.pool import default_num_workers
+
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: set(range(16)))
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")
+    assert default_num_workers() == 4
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "32")
+    assert default_num_workers() == 1
