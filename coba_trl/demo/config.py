@@ -18,12 +18,12 @@ DEMO_TRAINING_ARGS: dict = {
     "num_generations": 8,
     "min_generations": 2,
     "max_generations": 32,
-    "per_device_train_batch_size": 64,
+    "per_device_train_batch_size": 128,
     "steps_per_generation": 2,
-    "max_steps": 60,
+    "max_steps": 100,
     "learning_rate": 3e-4,
     "warmup_steps": 0,
-    "lr_scheduler_type": "constant",
+    "lr_scheduler_type": "cosine",
     "max_completion_length": 12,
     "temperature": 1.0,
     "loss_type": "dapo",
@@ -49,9 +49,9 @@ class DemoArguments:
             Hidden size of the tiny Qwen2 model built locally.
         demo_num_layers (`int`, *optional*, defaults to `2`):
             Number of transformer layers of the tiny model.
-        demo_num_train_prompts (`int`, *optional*, defaults to `128`):
+        demo_num_train_prompts (`int`, *optional*, defaults to `512`):
             Distinct prompts of the RL training set (revisited every epoch, so pass-rate history builds up).
-        demo_num_heldout (`int`, *optional*, defaults to `150`):
+        demo_num_heldout (`int`, *optional*, defaults to `300`):
             Held-out problems (disjoint from training) on which accuracy is measured before, during and after RL.
         demo_warm_start_steps (`int`, *optional*, defaults to `300`):
             Supervised warm-start steps before RL; deliberately short so the model starts mediocre.
@@ -64,9 +64,9 @@ class DemoArguments:
     demo_hidden_size: int = field(default=64, metadata={"help": "Hidden size of the tiny Qwen2 model."})
     demo_num_layers: int = field(default=2, metadata={"help": "Number of layers of the tiny Qwen2 model."})
     demo_num_train_prompts: int = field(
-        default=128, metadata={"help": "Distinct prompts in the arithmetic RL training set."}
+        default=512, metadata={"help": "Distinct prompts in the arithmetic RL training set."}
     )
-    demo_num_heldout: int = field(default=150, metadata={"help": "Held-out problems used to measure accuracy."})
+    demo_num_heldout: int = field(default=300, metadata={"help": "Held-out problems used to measure accuracy."})
     demo_warm_start_steps: int = field(
         default=300, metadata={"help": "Supervised warm-start steps before RL (0 skips the warm start)."}
     )
