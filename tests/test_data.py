@@ -19,18 +19,18 @@ VERL_FILES = [FIXTURES / "dapo_verl.parquet", FIXTURES / "dapo_verl.jsonl"]
 def test_verl_schema_is_deduplicated_by_id(path, caplog):
     with caplog.at_level(logging.INFO, logger="coba_trl.data.dapo"):
         dataset = load_dapo_math(str(path))
-    assert len(dataset) == 13
-    assert dataset.duplicates_dropped == 10
-    assert "dropped 10 duplicate rows of 23" in caplog.text
-    assert len(set(dataset["prompt_id"])) == 13
+    assert len(dataset) == 25
+    assert dataset.duplicates_dropped == 18
+    assert "dropped 18 duplicate rows of 43" in caplog.text
+    assert len(set(dataset["prompt_id"])) == 25
 
 
 def test_text_deduplication_and_no_deduplication():
     path = str(VERL_FILES[0])
     by_text = load_dapo_math(path, deduplicate="text")
-    assert (len(by_text), by_text.duplicates_dropped) == (12, 11)
+    assert (len(by_text), by_text.duplicates_dropped) == (24, 19)
     everything = load_dapo_math(path, deduplicate=False)
-    assert (len(everything), everything.duplicates_dropped) == (23, 0)
+    assert (len(everything), everything.duplicates_dropped) == (43, 0)
 
 
 def test_rows_are_normalised_for_grpo():
@@ -68,7 +68,7 @@ def test_prompt_ids_are_stable_across_loads_and_formats(tmp_path):
     no_ids.write_text("".join(json.dumps(r) + "\n" for r in rows))
     first, second = load_dapo_math(str(no_ids)), load_dapo_math(str(no_ids))
     assert first["prompt_id"] == second["prompt_id"]
-    assert len(first) == 12
+    assert len(first) == 24
     assert first[0]["prompt_id"] == text_prompt_id("How many positive divisors does $360$ have?")
     assert text_prompt_id("abc") == "a9993e364706816a"
     parquet, jsonl = load_dapo_math(str(VERL_FILES[0])), load_dapo_math(str(VERL_FILES[1]))
