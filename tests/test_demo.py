@@ -1,0 +1,64 @@
+"""The CPU demo's task, warm start and accuracy measure."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import torch
+
+from coba_trl.demo.accuracy import extract_integer_answer, heldout_accuracy
+from coba_trl.demo.run import generation_rounds
+from coba_trl.demo.task import DIFFICULTY_LEVELS, demo_problem_sets, make_problems, to_prompt_dataset
+from coba_trl.demo.warm_start import warm_start
+from coba_trl.rewards import dapo_accuracy_reward
+from coba_trl.tiny import build_byte_tokenizer, build_tiny_qwen2
+
+
+def test_problem_sets_are_disjoint_and_share_the_level_mix():
+    train, heldout, warm = demo_problem_sets(num_train=100, num_heldout=50, num_warm_start=500, seed=3)
+    heldout_questions = {p.question for p in heldout}
+    assert len(heldout_questions) == 50 and len({p.question for p in train}) == 100
+    assert not heldout_questions & {p.question for p in train + warm}
+    for problems in (train, heldout):
+        assert set(Counter(p.level for p in problems).values()) == {len(problems) // len(DIFFICULTY_LEVELS)}
+
+
+def test_problems_are_reproducible_and_correct():
+    first, second = make_problems(20, seed=7), make_problems(20, seed=7)
+    assert first == second
+    for problem in first:
+        operands = [int(x) for x in problem.question.rstrip("=").split("+")]
+        assert len(operands) == DIFFICULTY_LEVELS[problem.level] and sum(operands) == problem.answer
+
+
+def test_reference_completions_score_one_with_the_dapo_reward():
+    problems = make_problems(10, seed=0)
+    dataset = to_prompt_dataset(problems)
+    completions = [[{"role": "assistant", "content": p.completion}] for p in problems]
+    assert dapo_accuracy_reward(completions, dataset["solution"]) == [1.0] * 10
+    assert dataset["prompt_id"] == [str(i) for i in range(10)]
+
+
+def test_extract_integer_answer():
+    assert extract_integer_answer("12+3\nAnswer: 15") == 15
+    assert extract_integer_answer("Answer: -4  ") == -4
+    assert extract_integer_answer("Answer: 1\nthe end") is None
+    assert extract_integer_answer("") is None
+
+
+def test_warm_start_lowers_the_loss_and_accuracy_is_a_fraction():
+    torch.manual_seed(0)
+    tokenizer = build_byte_tokenizer()
+    model = build_tiny_qwen2(tokenizer, hidden_size=16, num_hidden_layers=1)
+    problems = make_problems(64, seed=0)
+    losses = warm_start(model, tokenizer, problems, steps=30, batch_size=16, learning_rate=1e-2, log_every=0)
+    assert sum(losses[-5:]) < sum(losses[:5])
+    scores = heldout_accuracy(model, tokenizer, problems[:10], max_new_tokens=4)
+    assert 0.0 <= scores["accuracy"] <= 1.0 and {f"level_{k}" for k in range(5)} <= set(scores)
+
+
+def test_generation_rounds_counts_one_round_per_steps_per_generation():
+    class Args:
+        gradient_accumulation_steps, steps_per_generation, num_iterations = 1, 2, 1
+
+    assert [generation_rounds(Args, steps) for steps in (1, 2, 3, 100)] == [1, 1, 2, 50]

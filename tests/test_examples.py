@@ -1,0 +1,127 @@
+"""examples/train_qwen.py: every recipe parses into the script's dataclasses, and the demo path runs end to end."""
+
+from __future__ import annotations
+
+import functools
+import glob
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from coba_trl.validation import check_round_layout
+
+ROOT = Path(__file__).resolve().parents[1]
+RECIPES = sorted(glob.glob(str(ROOT / "recipes" / "*.yaml")))
+GPU_RECIPES = [r for r in RECIPES if not r.endswith("cpu_demo.yaml")]
+PAPER_PROCESSES = 8
+
+
+@functools.cache
+def load_script():
+    spec = importlib.util.spec_from_file_location("train_qwen", ROOT / "examples" / "train_qwen.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["train_qwen"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_recipes_exist():
+    names = {Path(r).stem for r in RECIPES}
+    for model in ("qwen2.5-7b-instruct", "qwen2.5-7b", "qwen3-4b-base", "qwen3-1.7b-base"):
+        assert f"{model}_coba" in names
+    assert {"qwen2.5-7b-instruct_grpo", "qwen2.5-7b-instruct_knapsack", "cpu_demo"} <= names
+    assert any("vllm_server" in name for name in names)
+
+
+@pytest.mark.parametrize("recipe", GPU_RECIPES, ids=lambda p: Path(p).stem)
+def test_paper_recipe_parses_with_the_paper_numbers(recipe):
+    # GPU recipes only need to parse here (bf16 on a GPU-less machine needs use_cpu to pass validation).
+    script_args, args, model_args, _ = load_script().parse(["--config", recipe, "--use_cpu", "true"])
+    assert model_args.model_name_or_path.startswith("Qwen/")
+    assert script_args.dataset_name == "BytedTsinghua-SIA/DAPO-Math-17k"
+    assert args.generation_batch_size == 4096 and args.num_generations == 16
+    assert (args.learning_rate, args.warmup_steps, args.num_train_epochs) == (1e-6, 10, 15)
+    assert (args.loss_type, args.epsilon, args.epsilon_high, args.beta) == ("dapo", 0.2, 0.28, 0.0)
+    assert (args.max_completion_length, args.temperature) == (4096, 1.0)
+    assert (args.min_generations, args.max_generations) == (2, 128)
+    assert args.use_vllm and args.bf16 and args.activation_checkpointing
+    assert args.prompt_id_column == "prompt_id"
+    if args.budget_allocator == "coba":
+        assert (args.coba_kappa, args.coba_window) == (11.0, 1)
+    # The layout on the GPUs the recipe is written for: 256 prompts per round split over the processes, and
+    # exactly 2 optimizer updates per generation round.
+    processes = 4 if args.vllm_mode == "server" else PAPER_PROCESSES
+    completions_per_update = args.per_device_train_batch_size * processes * args.gradient_accumulation_steps
+    assert completions_per_update * 2 == args.generation_batch_size
+    steps_per_generation = args.generation_batch_size // (args.per_device_train_batch_size * processes)
+    assert check_round_layout(args.generation_batch_size, args.num_generations, processes, steps_per_generation) == 256
+
+
+def test_no_arguments_means_the_cpu_demo_recipe():
+    script = load_script()
+    embedded = script.parse([])
+    from_recipe = script.parse(["--config", str(ROOT / "recipes" / "cpu_demo.yaml")])
+    for default, recipe in zip(embedded, from_recipe, strict=True):
+        as_dict = getattr(default, "to_dict", None)
+        assert (as_dict() if as_dict else vars(default)) == (recipe.to_dict() if as_dict else vars(recipe))
+    assert embedded[2].model_name_or_path is None and embedded[0].dataset_name == "arithmetic"
+
+
+def test_command_line_overrides_the_recipe():
+    _, args, _, demo_args = load_script().parse(
+        [
+            "--config",
+            str(ROOT / "recipes" / "cpu_demo.yaml"),
+            "--budget_allocator",
+            "knapsack",
+            "--demo_num_layers",
+            "1",
+        ]
+    )
+    assert args.budget_allocator == "knapsack" and demo_args.demo_num_layers == 1
+
+
+def test_unknown_reward_name_is_an_error():
+    with pytest.raises(ValueError, match="reward_funcs"):
+        load_script().load_reward_funcs(["no_such_reward"])
+
+
+def test_real_dataset_without_model_is_an_error():
+    with pytest.raises(ValueError, match="model_name_or_path"):
+        load_script().main(["--config", str(ROOT / "recipes" / "cpu_demo.yaml"), "--dataset_name", "x.parquet"])
+
+
+SHORT_DEMO = [
+    "--config", "recipes/cpu_demo.yaml",
+    "--max_steps", "4",
+    "--demo_warm_start_steps", "5",
+    "--demo_num_heldout", "20",
+    "--demo_num_train_prompts", "8",
+    "--per_device_train_batch_size", "16",
+    "--demo_hidden_size", "16",
+    "--demo_eval_steps", "2",
+    "--disable_tqdm", "true",
+]  # fmt: skip
+
+
+@pytest.mark.slow
+def test_short_demo_through_accelerate_launch(tmp_path):
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    command = [sys.executable, "-m", "accelerate.commands.launch", "examples/train_qwen.py", *SHORT_DEMO]
+    result = subprocess.run(
+        [*command, "--output_dir", str(tmp_path)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = json.loads((tmp_path / "demo_summary.json").read_text())
+    assert summary["steps"] == 4 and summary["rollouts"] == 2 * 32
+    assert 0.0 <= summary["accuracy_before"] <= 1.0 and 0.0 <= summary["accuracy_after"] <= 1.0
+    for plot in ("budget_by_pass_rate.png", "capability.png", "reward_accuracy.png"):
+        assert (tmp_path / plot).stat().st_size > 0
+    history = json.loads((tmp_path / "trainer_state.json").read_text())["log_history"]
+    assert any("heldout_accuracy" in record for record in history)
+    assert "CoBA" in (tmp_path / "README.md").read_text()

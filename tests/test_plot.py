@@ -1,0 +1,69 @@
+"""`python -m coba_trl.plot` on a synthetic log history."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from coba_trl.plot import find_trainer_state, plot_run, series
+
+
+def synthetic_history(with_coba: bool = True) -> list[dict]:
+    history = [{"step": 0, "heldout_accuracy": 0.3}]
+    for step in range(1, 11):
+        record = {"step": step, "loss": 0.1, "reward": 0.2 + step / 50, "budget/mean": 8.0}
+        if with_coba:
+            record.update(
+                {"coba/alpha": 9 - step / 5, "coba/beta": 2 + step / 5, "coba/failure_rate": 0.8 - step / 50}
+            )
+            record.update({"coba/failure_rate_smoothed": 0.8 - step / 60})
+            record["budget/mean_by_pass_rate/unseen" if step < 4 else "budget/mean_by_pass_rate/0.4-0.6"] = 12.0
+        if step % 5 == 0:
+            record["heldout_accuracy"] = 0.3 + step / 40
+        history.append(record)
+    return history
+
+
+def write_state(directory, history):
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "trainer_state.json").write_text(json.dumps({"log_history": history}))
+
+
+def test_plot_run_writes_the_three_plots(tmp_path):
+    write_state(tmp_path, synthetic_history())
+    written = plot_run(str(tmp_path))
+    assert sorted(p.rsplit("/", 1)[-1] for p in written) == [
+        "budget_by_pass_rate.png",
+        "capability.png",
+        "reward_accuracy.png",
+    ]
+    for path in written:
+        with open(path, "rb") as handle:
+            assert handle.read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+def test_plots_without_coba_metrics_are_skipped(tmp_path):
+    write_state(tmp_path, synthetic_history(with_coba=False))
+    assert [p.rsplit("/", 1)[-1] for p in plot_run(str(tmp_path))] == ["reward_accuracy.png"]
+
+
+def test_latest_checkpoint_is_used_when_the_run_did_not_finish(tmp_path):
+    for step in (5, 10):
+        write_state(tmp_path / f"checkpoint-{step}", [{"step": step, "reward": 0.5}])
+    assert find_trainer_state(str(tmp_path)).endswith("checkpoint-10/trainer_state.json")
+    with pytest.raises(ValueError, match="trainer_state.json"):
+        find_trainer_state(str(tmp_path / "missing"))
+
+
+def test_series_skips_records_without_the_key():
+    assert series(synthetic_history(), "heldout_accuracy") == ([0, 5, 10], [0.3, 0.3 + 5 / 40, 0.3 + 10 / 40])
+
+
+def test_command_line(tmp_path):
+    write_state(tmp_path, synthetic_history())
+    result = subprocess.run([sys.executable, "-m", "coba_trl.plot", str(tmp_path)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.count(".png") == 3
