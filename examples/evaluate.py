@@ -1,0 +1,149 @@
+# Copyright 2026 The coba-trl contributors. Licensed under the Apache License, Version 2.0.
+"""avg@k of a model on AIME24, AIME25, AMC23, MATH500, OlympiadBench and Minerva (the paper's evaluation).
+
+    python examples/evaluate.py --model_name_or_path outputs/qwen2.5-7b-instruct_coba
+    python examples/evaluate.py --model_name_or_path Qwen/Qwen2.5-7B-Instruct --benchmarks aime24 aime25 \
+        --benchmark_paths aime25=opencompass/AIME2025 --k 16 --tensor_parallel_size 2
+
+Defaults follow algorithm.md section 7: k = 16 samples per problem, temperature 1.0, top-p 0.9, prompts asking
+for a final `\\boxed{}` answer. Uses vLLM when it is installed (or `--backend vllm`), transformers otherwise.
+Writes `eval_results.json` and `eval_results.md` (a row per benchmark and the overall mean) and, per benchmark,
+`samples_<name>.jsonl` with every completion and its score to `--output_dir`.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from dataclasses import asdict, dataclass, field
+
+from trl import TrlParser
+
+from coba_trl.data import EVAL_BENCHMARKS, load_eval_benchmark
+from coba_trl.evaluation import evaluate_benchmark, markdown_table, transformers_generate, vllm_generate, write_results
+
+
+@dataclass
+class EvalArguments:
+    """
+    Arguments of the avg@k evaluation.
+
+    Parameters:
+        model_name_or_path (`str`):
+            Model to evaluate: Hub id or local directory (e.g. a training `output_dir`).
+        benchmarks (`list[str]`, *optional*, defaults to all six):
+            Benchmarks to run, among `aime24`, `aime25`, `amc23`, `math500`, `olympiadbench`, `minerva`.
+        benchmark_paths (`list[str]`, *optional*, defaults to `[]`):
+            Other sources as `name=path_or_hub_id` (local parquet / jsonl / json files work offline).
+        k (`int`, *optional*, defaults to `16`):
+            Completions sampled per problem.
+        temperature (`float`, *optional*, defaults to `1.0`):
+            Sampling temperature.
+        top_p (`float`, *optional*, defaults to `0.9`):
+            Nucleus sampling threshold.
+        max_new_tokens (`int`, *optional*, defaults to `4096`):
+            Longest completion.
+        instruction (`str`, *optional*, defaults to `"boxed"`):
+            Answer format the prompt asks for: `boxed`, `answer` (DAPO's `Answer:` line) or `none`.
+        max_problems (`int` or `None`, *optional*, defaults to `None`):
+            Evaluate only the first N problems of each benchmark (quick checks).
+        backend (`str`, *optional*, defaults to `"auto"`):
+            `vllm`, `transformers`, or `auto` (vLLM when installed).
+        output_dir (`str`, *optional*, defaults to `"outputs/eval"`):
+            Where the tables and samples go.
+    """
+
+    model_name_or_path: str = field(metadata={"help": "Hub id or local directory of the model to evaluate."})
+    benchmarks: list[str] = field(
+        default_factory=lambda: list(EVAL_BENCHMARKS),
+        metadata={"help": f"Benchmarks to run, among {list(EVAL_BENCHMARKS)}."},
+    )
+    benchmark_paths: list[str] = field(
+        default_factory=list,
+        metadata={"help": "Other sources as name=path_or_hub_id (e.g. aime24=tests/fixtures/aime24.jsonl)."},
+    )
+    k: int = field(default=16, metadata={"help": "Completions sampled per problem (avg@k)."})
+    temperature: float = field(default=1.0, metadata={"help": "Sampling temperature."})
+    top_p: float = field(default=0.9, metadata={"help": "Nucleus sampling threshold."})
+    max_new_tokens: int = field(default=4096, metadata={"help": "Longest completion."})
+    instruction: str = field(
+        default="boxed",
+        metadata={"help": "Answer format the prompt asks for.", "choices": ["boxed", "answer", "none"]},
+    )
+    max_problems: int | None = field(default=None, metadata={"help": "Only the first N problems per benchmark."})
+    backend: str = field(
+        default="auto", metadata={"help": "Generation backend.", "choices": ["auto", "vllm", "transformers"]}
+    )
+    batch_size: int = field(default=64, metadata={"help": "Sequences per transformers generate call."})
+    dtype: str = field(default="bfloat16", metadata={"help": "Model dtype (bfloat16, float16, float32, auto)."})
+    tensor_parallel_size: int = field(default=1, metadata={"help": "vLLM tensor parallel size."})
+    gpu_memory_utilization: float = field(default=0.9, metadata={"help": "vLLM GPU memory fraction."})
+    seed: int = field(default=0, metadata={"help": "Sampling seed."})
+    output_dir: str = field(default="outputs/eval", metadata={"help": "Where the tables and samples are written."})
+
+
+def parse_paths(entries: list[str]) -> dict[str, str]:
+    paths = {}
+    for entry in entries:
+        name, sep, path = entry.partition("=")
+        if not sep or name not in EVAL_BENCHMARKS:
+            raise ValueError(
+                f"benchmark_paths entry {entry!r} must be name=path with name in {list(EVAL_BENCHMARKS)}."
+            )
+        paths[name] = path
+    return paths
+
+
+def build_generate(args: EvalArguments):
+    use_vllm = args.backend == "vllm" or (args.backend == "auto" and importlib.util.find_spec("vllm") is not None)
+    if use_vllm:
+        from vllm import LLM
+
+        llm = LLM(
+            model=args.model_name_or_path,
+            dtype=args.dtype,
+            tensor_parallel_size=args.tensor_parallel_size,
+            gpu_memory_utilization=args.gpu_memory_utilization,
+            seed=args.seed,
+        )
+        return vllm_generate(llm, args.max_new_tokens, args.temperature, args.top_p, args.seed), "vllm"
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    torch.manual_seed(args.seed)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    dtype = "auto" if args.dtype == "auto" else getattr(torch, args.dtype)
+    model = AutoModelForCausalLM.from_pretrained(args.model_name_or_path, dtype=dtype).to(device).eval()
+    tokenizer = AutoTokenizer.from_pretrained(args.model_name_or_path)
+    generate = transformers_generate(
+        model, tokenizer, args.max_new_tokens, args.temperature, args.top_p, args.batch_size
+    )
+    return generate, "transformers"
+
+
+def main(argv: list[str] | None = None) -> list:
+    (args,) = TrlParser((EvalArguments,)).parse_args_and_config(args=sys.argv[1:] if argv is None else argv)
+    unknown = [name for name in args.benchmarks if name not in EVAL_BENCHMARKS]
+    if unknown:
+        raise ValueError(f"benchmarks: unknown {unknown}; choose among {list(EVAL_BENCHMARKS)}.")
+    paths = parse_paths(args.benchmark_paths)
+    generate, backend = build_generate(args)
+    os.makedirs(args.output_dir, exist_ok=True)
+    results = []
+    for name in args.benchmarks:
+        dataset = load_eval_benchmark(name, path=paths.get(name), instruction=args.instruction)
+        if args.max_problems is not None:
+            dataset = dataset.select(range(min(args.max_problems, len(dataset))))
+        samples = os.path.join(args.output_dir, f"samples_{name}.jsonl")
+        results.append(evaluate_benchmark(name, dataset, generate, args.k, samples_path=samples))
+        print(f"{name}: avg@{args.k} = {results[-1].avg_at_k:.2f} on {results[-1].problems} problems", flush=True)
+    settings = {**asdict(args), "backend": backend}
+    json_path, md_path = write_results(results, args.output_dir, args.model_name_or_path, settings)
+    print(markdown_table(results, args.model_name_or_path))
+    print(f"Wrote {json_path} and {md_path}.")
+    return results
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,79 @@
+"""avg@k evaluation: the scoring logic and examples/evaluate.py on the tiny local model and the fixtures."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from datasets import Dataset
+
+from coba_trl.evaluation import BenchmarkResult, avg_at_k, evaluate_benchmark, markdown_table, overall
+from coba_trl.tiny import build_byte_tokenizer, build_tiny_qwen2
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCHMARKS = ("aime24", "aime25", "amc23", "math500", "olympiadbench", "minerva")
+
+
+def load_script():
+    spec = importlib.util.spec_from_file_location("evaluate_script", ROOT / "examples" / "evaluate.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["evaluate_script"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_avg_at_k_is_the_mean_per_problem_success_in_percent():
+    assert avg_at_k([[1.0, 0.0, 0.0, 0.0], [1.0, 1.0, 1.0, 1.0]]) == pytest.approx(62.5)
+    with pytest.raises(ValueError):
+        avg_at_k([])
+
+
+def test_evaluate_benchmark_grades_boxed_answers(tmp_path):
+    dataset = Dataset.from_dict(
+        {
+            "prompt": [[{"role": "user", "content": "1+1?"}], [{"role": "user", "content": "2+2?"}]],
+            "solution": ["2", "4"],
+        }
+    )
+
+    def generate(prompts, k):  # the first sample is right, the others are wrong
+        answers = {"1+1?": "2", "2+2?": "4"}
+        return [[f"\\boxed{{{answers[p[0]['content']]}}}"] + ["\\boxed{7}"] * (k - 1) for p in prompts]
+
+    result = evaluate_benchmark("toy", dataset, generate, k=4, samples_path=str(tmp_path / "s.jsonl"))
+    assert (result.avg_at_k, result.problems, result.completions) == (25.0, 2, 8)
+    lines = (tmp_path / "s.jsonl").read_text().splitlines()
+    assert json.loads(lines[0])["scores"] == [1.0, 0.0, 0.0, 0.0]
+
+
+def test_overall_is_the_unweighted_mean_over_benchmarks():
+    results = [BenchmarkResult("a", 10.0, 16, 30, 480), BenchmarkResult("b", 50.0, 16, 500, 8000)]
+    assert overall(results) == 30.0
+    assert "| **overall (mean)** | **30.00** |" in markdown_table(results, "m")
+
+
+def test_bad_benchmark_path_entry_is_an_error():
+    with pytest.raises(ValueError, match="benchmark_paths"):
+        load_script().parse_paths(["aime2024=foo.jsonl"])
+
+
+@pytest.mark.slow
+def test_evaluate_script_on_fixtures_writes_the_tables(tmp_path):
+    tokenizer = build_byte_tokenizer()
+    build_tiny_qwen2(tokenizer, hidden_size=16).save_pretrained(tmp_path / "model")
+    tokenizer.save_pretrained(tmp_path / "model")
+    paths = [f"{name}={ROOT / 'tests' / 'fixtures' / name}.jsonl" for name in BENCHMARKS]
+    out = tmp_path / "eval"
+    argv = ["--model_name_or_path", str(tmp_path / "model"), "--k", "2", "--max_new_tokens", "6"]
+    argv += ["--dtype", "float32", "--backend", "transformers", "--output_dir", str(out), "--benchmark_paths", *paths]
+    results = load_script().main(argv)
+    assert [r.benchmark for r in results] == list(BENCHMARKS)
+    table = json.loads((out / "eval_results.json").read_text())
+    assert set(table["benchmarks"]) == set(BENCHMARKS) and 0.0 <= table["overall"] <= 100.0
+    assert table["settings"]["k"] == 2 and table["settings"]["top_p"] == 0.9
+    markdown = (out / "eval_results.md").read_text()
+    assert all(f"| {name} |" in markdown for name in BENCHMARKS) and "overall" in markdown
+    assert len((out / "samples_aime24.jsonl").read_text().splitlines()) == table["benchmarks"]["aime24"]["problems"]
