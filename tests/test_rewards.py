@@ -276,6 +276,16 @@ def test_pool_kills_and_replaces_workers_that_run_over():
         pool.shutdown()
 
 
+def test_items_queued_behind_a_timed_out_item_are_still_answered():
+    pool = TimeLimitedPool(max_workers=1)
+    try:
+        results = pool.map(_sleep, [(0,), (30,), (0,), (0,), (30,), (0,)], time_limit=0.5)
+        assert [r.status for r in results] == ["ok", "timeout", "ok", "ok", "timeout", "ok"]
+        assert all(r.seconds < 0.5 + 0.5 for r in results)
+    finally:
+        pool.shutdown()
+
+
 def test_pool_survives_a_worker_that_dies():
     pool = TimeLimitedPool(max_workers=1)
     try:

@@ -35,6 +35,8 @@ WORKER_START_LIMIT = 120.0
 """Seconds a new worker may take to start (import the training script's modules) before it counts as failed."""
 
 _MAX_FAILED_STARTS = 3
+_MAX_CHUNK = 8
+"""Items handed to a worker at once (answered one by one, each under its own limit): fewer wake-ups per item."""
 _PRELOAD = ["__main__", "math_verify", "coba_trl.rewards.equivalence"]
 """Imported once in the fork server. `__main__` first: then workers do not each re-run the main module's imports
 (guard a training script with `if __name__ == "__main__":`, as for any multiprocessing code)."""
@@ -84,19 +86,24 @@ def _worker_main(conn, memory_headroom: int) -> None:
             return
         if task is None:
             return
-        func, args = task
-        try:
-            reply = ("ok", func(*args))
-        except BaseException as error:  # noqa: BLE001 - a worker reports every failure instead of dying
-            reply = ("error", f"{type(error).__name__}: {str(error)[:200]}")
-        try:
-            conn.send(reply)
-        except Exception as error:  # noqa: BLE001 - e.g. an unpicklable return value
-            conn.send(("error", f"{type(error).__name__}: could not send the result"))
+        func, chunk = task
+        for args in chunk:
+            try:
+                reply = ("ok", func(*args))
+            except BaseException as error:  # noqa: BLE001 - a worker reports every failure instead of dying
+                reply = ("error", f"{type(error).__name__}: {str(error)[:200]}")
+            try:
+                conn.send(reply)
+            except Exception as error:  # noqa: BLE001 - e.g. an unpicklable return value
+                conn.send(("error", f"{type(error).__name__}: could not send the result"))
 
 
 class _Worker:
-    """One worker process and its pipe. A worker is `ready` once it has said so; `task` is (item index, start)."""
+    """One worker process and its pipe.
+
+    A worker is `ready` once it has said so. `queue` holds the items sent to it and not yet answered, in order; the
+    first one has been running since `since` (the previous answer, or the hand-out).
+    """
 
     def __init__(self, context, memory_headroom: int):
         self.conn, child_conn = context.Pipe()
@@ -105,10 +112,11 @@ class _Worker:
         child_conn.close()
         self.started = time.monotonic()
         self.ready = False
-        self.task: tuple[int, float] | None = None
+        self.queue: deque[tuple[int, tuple]] = deque()
+        self.since = 0.0
 
     def deadline(self, time_limit: float) -> float:
-        return self.task[1] + time_limit if self.task else self.started + WORKER_START_LIMIT
+        return self.since + time_limit if self.queue else self.started + WORKER_START_LIMIT
 
     def kill(self) -> None:
         if self.process.is_alive():
@@ -186,7 +194,7 @@ class TimeLimitedPool:
         results: list[ItemResult | None] = []
         pending: deque[tuple[int, tuple]] = deque()
         exhausted, failed_starts, gave_up = False, 0, False
-        while not exhausted or pending or any(w.task for w in self._workers[:wanted]):
+        while not exhausted or pending or any(w.queue for w in self._workers[:wanted]):
             if not exhausted:
                 args = next(source, None)
                 exhausted = args is None
@@ -207,48 +215,57 @@ class TimeLimitedPool:
             if pending and len(self._workers) < wanted:
                 self._workers.append(_Worker(self._context, self.memory_headroom))
             for worker in self._workers[:wanted]:
-                if pending and worker.ready and worker.task is None:
-                    self._dispatch(worker, func, pending.popleft(), results)
-            failed_starts += self._collect(wanted, results, time_limit, block=exhausted)
+                if pending and worker.ready and not worker.queue:
+                    size = min(_MAX_CHUNK, max(1, len(pending) // wanted))
+                    self._dispatch(worker, func, [pending.popleft() for _ in range(size)], results)
+            failed_starts += self._collect(wanted, pending, results, time_limit, block=exhausted)
         return results
 
-    def _dispatch(self, worker: _Worker, func, item: tuple[int, tuple], results: list) -> None:
-        index, args = item
+    def _dispatch(self, worker: _Worker, func, chunk: list[tuple[int, tuple]], results: list) -> None:
         try:
-            worker.conn.send((func, args))
-            worker.task = (index, time.monotonic())
+            worker.conn.send((func, [args for _, args in chunk]))
+            worker.queue.extend(chunk)
+            worker.since = time.monotonic()
         except OSError:
-            results[index] = ItemResult("error", "worker pipe closed")
+            for index, _ in chunk:
+                results[index] = ItemResult("error", "worker pipe closed")
             self._replace(worker)
 
-    def _collect(self, wanted: int, results: list, time_limit: float, block: bool) -> int:
-        """Take results and start-up messages; replace workers past their deadline. Returns failed starts."""
-        watched = [w for w in self._workers[:wanted] if w.task or not w.ready]
+    def _collect(self, wanted: int, pending: deque, results: list, time_limit: float, block: bool) -> int:
+        """Take answers and start-up messages; replace workers past their deadline (their unanswered items go back
+        to `pending`). Waits until the next deadline if `block`. Returns the number of failed starts."""
+        watched = [w for w in self._workers[:wanted] if w.queue or not w.ready]
         if not watched:
             return 0
         timeout = min(w.deadline(time_limit) for w in watched) - time.monotonic() if block else 0.0
         ready = wait([w.conn for w in watched], timeout=max(0.0, timeout))
-        now, failed_starts = time.monotonic(), 0
+        failed_starts = 0
         for worker in watched:
-            lost = False
-            if worker.conn in ready:
-                try:
+            lost = None
+            try:
+                while worker.conn in ready and worker.conn.poll():
                     status, value = worker.conn.recv()
-                except (EOFError, OSError):
-                    status, value, lost = "error", "worker died", True
-            elif now >= worker.deadline(time_limit):
-                status, value, lost = "timeout", None, True
-            else:
+                    now = time.monotonic()
+                    if not worker.queue:
+                        worker.ready = True
+                        break
+                    index, _ = worker.queue.popleft()
+                    results[index] = ItemResult(status, value, now - worker.since)
+                    worker.since = now
+            except (EOFError, OSError):
+                lost = ItemResult("error", "worker died", time.monotonic() - worker.since)
+            if lost is None and worker.queue and time.monotonic() >= worker.deadline(time_limit):
+                lost = ItemResult("timeout", None, time.monotonic() - worker.since)
+            elif lost is None and not worker.ready and time.monotonic() >= worker.deadline(time_limit):
+                lost = ItemResult("error", "worker start timed out")
+            if lost is None:
                 continue
-            if worker.task is not None:
-                results[worker.task[0]] = ItemResult(status, value, now - worker.task[1])
-                worker.task = None
-            elif not lost:
-                worker.ready = True
+            if worker.queue:
+                results[worker.queue.popleft()[0]] = lost
+                pending.extendleft(reversed(worker.queue))
             else:
                 failed_starts += 1
-            if lost:
-                self._replace(worker)
+            self._replace(worker)
         return failed_starts
 
     def _replace(self, worker: _Worker) -> None:
