@@ -136,8 +136,10 @@ class _Worker:
 class TimeLimitedPool:
     """Runs `func(*args)` for many items in worker processes, each item under a hard wall-clock limit.
 
-    An item's time starts when it is handed to a worker that has finished starting, so a slow worker start (a fork
-    server importing the training script's torch, a loaded machine) never counts against an item.
+    An item's time starts when a worker that has finished starting begins it (up to `_MAX_CHUNK` items are handed
+    out at once and answered one by one), so a slow worker start (a fork server importing the training script's
+    torch, a loaded machine) never counts against an item. Items queued behind one that times out go back to the
+    queue.
 
     Args:
         max_workers (`int`, *optional*): Upper bound on worker processes; defaults to `default_num_workers()`.
@@ -201,12 +203,13 @@ class TimeLimitedPool:
                 if not exhausted:
                     results.append(None)
                     pending.append((len(results) - 1, args))
-            if failed_starts >= _MAX_FAILED_STARTS and not gave_up:
-                logger.error(
-                    "No worker process could start (%d tries); remaining items fail. Workers re-import the main "
-                    "module: run from a script file with an `if __name__ == '__main__':` guard.",
-                    failed_starts,
-                )
+            if failed_starts >= _MAX_FAILED_STARTS:
+                if not gave_up:
+                    logger.error(
+                        "No worker process could start (%d tries); remaining items fail. Workers re-import the main "
+                        "module: run from a script file with an `if __name__ == '__main__':` guard.",
+                        failed_starts,
+                    )
                 results.extend(ItemResult("error", "no worker could start") for _ in source)
                 for index, _ in pending:
                     results[index] = ItemResult("error", "no worker could start")
