@@ -2,8 +2,9 @@
 
 `multiprocessing.Pool` and `concurrent.futures` cannot stop one running task, and math-verify's `signal.alarm`
 time-outs only work in a process's main thread (and sympy can ignore them inside C code). Here every worker owns a
-pipe, the parent hands out one item at a time, waits on all pipes with a deadline, and kills (SIGKILL) a worker
-whose item is past its limit; the item then counts as timed out and a fresh worker takes the worker's place.
+pipe and answers its items one by one; the parent waits on all pipes with a deadline per running item, and kills
+(SIGKILL) a worker whose item is past its limit; the item then counts as timed out, the items queued behind it go to
+other workers, and a fresh worker takes the killed one's place.
 
 Workers start with the `forkserver` method (`spawn` where it is missing): safe with torch and CUDA loaded in the
 trainer. The fork server preloads math-verify, so a replacement worker starts in milliseconds. The pool is created
