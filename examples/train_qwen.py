@@ -121,7 +121,7 @@ def train(script_args: ScriptArguments, training_args: CoBAConfig, model_args: M
     """Train `model_args.model_name_or_path` with `CoBAGRPOTrainer`, save it with a model card, push if asked."""
     training_args.model_init_kwargs = {
         "revision": model_args.model_revision,
-        "trust_remote_code": model_args.trust_remote_code,
+        "trust_remote_code": training_args.trust_remote_code,
         "attn_implementation": model_args.attn_implementation,
         "dtype": model_args.dtype,
         **(training_args.model_init_kwargs or {}),

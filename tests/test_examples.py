@@ -125,3 +125,41 @@ def test_short_demo_through_accelerate_launch(tmp_path):
     history = json.loads((tmp_path / "trainer_state.json").read_text())["log_history"]
     assert any("heldout_accuracy" in record for record in history)
     assert "CoBA" in (tmp_path / "README.md").read_text()
+
+
+@pytest.mark.slow
+def test_lora_training_on_a_local_dapo_file_saves_an_adapter_and_a_model_card(tmp_path):
+    from coba_trl.tiny import build_byte_tokenizer, build_tiny_qwen2
+
+    tokenizer = build_byte_tokenizer()
+    build_tiny_qwen2(tokenizer, hidden_size=16).save_pretrained(tmp_path / "model")
+    tokenizer.save_pretrained(tmp_path / "model")
+    out = tmp_path / "out"
+    load_script().main(
+        [
+            "--model_name_or_path", str(tmp_path / "model"),
+            "--dataset_name", str(ROOT / "tests" / "fixtures" / "dapo_verl.jsonl"),
+            "--max_train_samples", "8",
+            "--prompt_id_column", "prompt_id",
+            "--num_generations", "4",
+            "--per_device_train_batch_size", "8",
+            "--steps_per_generation", "2",
+            "--max_steps", "2",
+            "--max_completion_length", "8",
+            "--learning_rate", "1e-3",
+            "--use_peft", "true",
+            "--lora_r", "4",
+            "--lora_target_modules", "q_proj", "v_proj",
+            "--dtype", "float32",
+            "--use_cpu", "true",
+            "--bf16", "false",
+            "--activation_checkpointing", "false",
+            "--save_strategy", "no",
+            "--report_to", "none",
+            "--disable_tqdm", "true",
+            "--output_dir", str(out),
+        ]
+    )  # fmt: skip
+    assert (out / "adapter_config.json").is_file()
+    card = (out / "README.md").read_text()
+    assert "CoBA-RL" in card and "dapo_verl.jsonl" in card
