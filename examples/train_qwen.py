@@ -173,7 +173,7 @@ def main(argv: list[str] | None = None) -> None:
             )
         from coba_trl.demo.run import run_demo
 
-        run_demo(training_args, demo_args)
+        run_demo(training_args, demo_args, load_reward_funcs(script_args.reward_funcs))
     else:
         train(script_args, training_args, model_args, demo_args)
 

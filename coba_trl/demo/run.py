@@ -67,8 +67,11 @@ def generation_rounds(args: CoBAConfig, global_steps: int) -> int:
     return -(-micro_steps // (args.steps_per_generation * args.num_iterations))
 
 
-def run_demo(training_args: CoBAConfig, demo_args: DemoArguments) -> dict:
-    """Run the demo; returns the summary it also writes to ``<output_dir>/demo_summary.json``."""
+def run_demo(training_args: CoBAConfig, demo_args: DemoArguments, reward_funcs: list | None = None) -> dict:
+    """Run the demo; returns the summary it also writes to ``<output_dir>/demo_summary.json``.
+
+    `reward_funcs` defaults to `[dapo_accuracy_reward]`; the first one defines success for the pass rates.
+    """
     from coba_trl.trainer import CoBAGRPOTrainer
 
     start = time.perf_counter()
@@ -102,7 +105,7 @@ def run_demo(training_args: CoBAConfig, demo_args: DemoArguments) -> dict:
 
     trainer = CoBAGRPOTrainer(
         model=model,
-        reward_funcs=dapo_accuracy_reward,
+        reward_funcs=reward_funcs or [dapo_accuracy_reward],
         args=training_args,
         train_dataset=to_prompt_dataset(train_problems),
         processing_class=tokenizer,
