@@ -24,6 +24,7 @@ from trl import ModelConfig, TrlParser, get_peft_config, get_quantization_config
 from coba_trl import CoBAConfig, CoBAGRPOTrainer
 from coba_trl.data import DAPO_HUB_ID, load_dapo_math
 from coba_trl.demo.config import DEMO_TRAINING_ARGS, DemoArguments
+from coba_trl.demo.run import run_demo
 from coba_trl.demo.task import make_problems, to_prompt_dataset
 from coba_trl.rewards import boxed_accuracy_reward, dapo_accuracy_reward
 
@@ -171,8 +172,6 @@ def main(argv: list[str] | None = None) -> None:
                 f"model_name_or_path is not set: the built-in tiny model only runs the '{ARITHMETIC}' demo task. "
                 f"Pass --model_name_or_path (e.g. Qwen/Qwen2.5-7B-Instruct) to train on {script_args.dataset_name}."
             )
-        from coba_trl.demo.run import run_demo
-
         run_demo(training_args, demo_args, load_reward_funcs(script_args.reward_funcs))
     else:
         train(script_args, training_args, model_args, demo_args)

@@ -24,8 +24,10 @@ from coba_trl.demo.warm_start import warm_start
 from coba_trl.plot import plot_run
 from coba_trl.rewards import dapo_accuracy_reward
 from coba_trl.tiny import build_byte_tokenizer, build_tiny_qwen2
+from coba_trl.trainer import CoBAGRPOTrainer
 
 SUMMARY_FILE = "demo_summary.json"
+WARM_START_PROBLEMS = 20_000  # size of the pool the warm start samples its batches from
 
 
 class HeldoutAccuracyCallback(TrainerCallback):
@@ -72,8 +74,6 @@ def run_demo(training_args: CoBAConfig, demo_args: DemoArguments, reward_funcs: 
 
     `reward_funcs` defaults to `[dapo_accuracy_reward]`; the first one defines success for the pass rates.
     """
-    from coba_trl.trainer import CoBAGRPOTrainer
-
     start = time.perf_counter()
     torch.manual_seed(training_args.seed)
     tokenizer = build_byte_tokenizer()
@@ -85,7 +85,7 @@ def run_demo(training_args: CoBAConfig, demo_args: DemoArguments, reward_funcs: 
         seed=training_args.seed,
     )
     train_problems, heldout, sft_problems = demo_problem_sets(
-        demo_args.demo_num_train_prompts, demo_args.demo_num_heldout, 20_000, seed=training_args.seed
+        demo_args.demo_num_train_prompts, demo_args.demo_num_heldout, WARM_START_PROBLEMS, seed=training_args.seed
     )
     print(
         f"[warm-start] {demo_args.demo_warm_start_steps} supervised steps on {len(sft_problems)} problems", flush=True
