@@ -17,7 +17,7 @@ import logging
 import datasets
 import pyarrow.compute as pc
 
-from coba_trl.data.prompts import apply_instruction, as_messages, strip_instruction, text_prompt_id
+from coba_trl.data.prompts import INSTRUCTIONS, apply_instruction, as_messages, strip_instruction, text_prompt_id
 from coba_trl.data.sources import load_table
 
 logger = logging.getLogger(__name__)
@@ -130,8 +130,8 @@ def load_dapo_math(
     Returns:
         The normalised `datasets.Dataset`; its `duplicates_dropped` attribute (also logged) counts removed rows.
     """
-    if instruction not in ("answer", "boxed", "none"):
-        raise ValueError(f"instruction ({instruction!r}) must be 'answer', 'boxed' or 'none'.")
+    if instruction not in INSTRUCTIONS:
+        raise ValueError(f"instruction ({instruction!r}) must be one of {INSTRUCTIONS}.")
     dataset = load_table(path_or_id, config, split)
     schema = detect_schema(dataset, f"'{path_or_id}'")
     rows_in = len(dataset)
