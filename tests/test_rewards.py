@@ -128,6 +128,17 @@ BOXED_CASES = [
     ("The final answer: 27", "27", 1),
     ("no answer here 27", "27", 0),
     ("\\boxed{\\boxed{8}}", "8", 1),
+    ("\\boxed{4\\frac{2}{3}}", "\\frac{14}{3}", 1),
+    ("\\boxed{\\sqrt{117}}", "3\\sqrt{13}", 1),
+    ("\\boxed{(x+2)(x+5)}", "x^2+7x+10", 1),
+    ("\\boxed{(-2, 1)}", "(1,-2)", 0),
+    ("\\boxed{\\begin{pmatrix}-1\\\\2\\end{pmatrix}}", "\\begin{pmatrix} -1 \\\\ 2 \\end{pmatrix}", 1),
+    ("\\boxed{\\begin{pmatrix}1\\\\2\\end{pmatrix}}", "\\begin{pmatrix} -1 \\\\ 2 \\end{pmatrix}", 0),
+    ("\\boxed{-2x+3}", "y=-2x+3", 1),
+    ("\\boxed{(-\\infty, -2) \\cup (3, \\infty)}", "(-\\infty,-2)\\cup(3,\\infty)", 1),
+    ("\\boxed{\\sqrt[3]{2}}", "2^{1/3}", 1),
+    ("\\boxed{\\frac{3}{2}\\text{ hours}}", "1.5", 1),
+    ("\\boxed{5 \\text{ and } 7}", "5, 7", 1),
     ("$\\boxed{\\frac{a}{b}}$ done, \\boxed{unclosed", "\\frac{a}{b}", 1),
 ]
 

@@ -42,7 +42,6 @@ _REMOVED = (
     "^\\circ",
     "^{\\circ}",
     "°",
-    "\\ ",
     "~",
     "**",
     "`",
@@ -50,6 +49,8 @@ _REMOVED = (
 _CHAR_FIXES = {"\u2212": "-", "\u2013": "-", "\u00d7": "\\times", "\u221a": "\\sqrt", "\u03c0": "\\pi"}
 _CONJUNCTION = re.compile(r"\s*(?:\\(?:text|mbox|mathrm)\{\s*(?:or|and)\s*\}|\b(?:or|and)\b)\s*")
 """`x = 3 or x = -3` and `2 and -2` list several answers: make them comma-separated for math-verify."""
+_ESCAPED_SPACE = re.compile(r"(?<!\\)\\ ")
+"""`\\ ` (a LaTeX space), but not the space after a `\\\\` row break."""
 _SPECIAL_TOKENS = re.compile(r"<\|[^<>|]{1,40}\|>|</?s>|<\uff5c[^<>\uff5c]{1,40}\uff5c>")
 _NUMBER_THEN_WORDS = re.compile(r"^([+-]?\d[\d,]*(?:\.\d+)?)\s+[A-Za-z]{2,}[A-Za-z\s.'-]*$")
 """`12 apples`, `5 red marbles`: a number followed by plain words is that number."""
@@ -118,6 +119,7 @@ def normalize_answer(answer: str) -> str:
     text = _NUMBER_THEN_WORDS.sub(r"\1", text)
     text = text.replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac").replace("\\mbox", "\\text")
     text = _TEXT_WRAPPER.sub(r"\1", text)
+    text = _ESCAPED_SPACE.sub("", text)
     for removed in _REMOVED:
         text = text.replace(removed, "")
     text = text.replace("$", "")
