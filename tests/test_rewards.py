@@ -63,6 +63,8 @@ DAPO_CASES = [
     ("Answer: 5\nwait, no.\nAnswer: 6", "6", 1),
     ("Answer: 5\nwait, no.\nAnswer: 6", "5", 0),
     ("Answer:\n204", "204", 1),
+    ("Answer\uff1a204", "204", 1),
+    ("\u7b54\u6848\uff1a204", "204", 1),
     ("Answer: The final answer is 88", "88", 1),
     ("Final Answer: 88", "88", 1),
     ("Answer: 12 and 13", "12", 0),

@@ -21,7 +21,8 @@ MAX_ANSWER_CHARS = 1_000
 """A longer extracted answer is treated as unparsable (no human grader accepts a 1,000-character answer)."""
 
 _MAX_BOXED_TRIES = 5
-_ANSWER_MARKER = re.compile(r"answer\s*:", re.IGNORECASE)
+_ANSWER_MARKER = re.compile(r"(?:answer|\u7b54\u6848)\s*[:\uff1a]", re.IGNORECASE)
+"""`Answer:` in any case, also with a full-width colon or as `答案：` (the DAPO-Math-17K `cn` prompts)."""
 _BOXED_OPENERS = ("\\boxed", "\\fbox")
 
 
