@@ -101,7 +101,10 @@ def problem_sets(protocol: dict):
 
 
 def sampled_pass_rates(model, tokenizer, problems, samples: int, max_new_tokens: int, seed: int = 1234) -> list:
-    """Per-problem share of `samples` completions at temperature 1.0 whose ``Answer:`` is right (conversion analysis)."""
+    """Per-problem share of `samples` completions whose ``Answer:`` is right (conversion analysis).
+
+    `samples` completions at temperature 1.0, or one greedy completion when `samples` is 0.
+    """
     import torch
 
     from coba_trl.demo.accuracy import extract_integer_answer
@@ -119,19 +122,14 @@ def sampled_pass_rates(model, tokenizer, problems, samples: int, max_new_tokens:
                 for p in chunk
             ]
             batch = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
+            sampling = {"do_sample": True, "temperature": 1.0, "top_k": 0, "top_p": 1.0} if samples else {}
             output = model.generate(
-                **batch,
-                max_new_tokens=max_new_tokens,
-                do_sample=True,
-                temperature=1.0,
-                top_k=0,
-                top_p=1.0,
-                num_return_sequences=samples,
+                **batch, max_new_tokens=max_new_tokens, num_return_sequences=max(samples, 1), **sampling
             )
             decoded = tokenizer.batch_decode(output[:, batch["input_ids"].shape[1] :], skip_special_tokens=True)
             for index, problem in enumerate(chunk):
-                answers = decoded[index * samples : (index + 1) * samples]
-                rates.append(sum(extract_integer_answer(a) == problem.answer for a in answers) / samples)
+                answers = decoded[index * max(samples, 1) : (index + 1) * max(samples, 1)]
+                rates.append(sum(extract_integer_answer(a) == problem.answer for a in answers) / len(answers))
     model.train()
     return rates
 
@@ -173,6 +171,7 @@ def prepare_warm_start(protocol: dict, output_dir: str) -> dict:
     info = {
         "heldout": heldout_accuracy(model, tokenizer, heldout, max_new),
         "train_pass_rates": sampled_pass_rates(model, tokenizer, train, protocol["conversion_samples"], max_new),
+        "train_greedy_correct": sampled_pass_rates(model, tokenizer, train, 0, max_new),
         "train_levels": [p.level for p in train],
         "wall_time_s": round(time.perf_counter() - start, 1),
     }
@@ -245,13 +244,15 @@ def run_arm(protocol: dict, arm: str, seed: int, output_dir: str) -> dict:
     from coba_trl.trainer import CoBAGRPOTrainer
 
     class RecordingTrainer(CoBAGRPOTrainer):
-        """Keeps every round's prompt ids and group sizes (budget by difficulty level over time)."""
+        """Keeps every round's prompt ids, group sizes and historical pass rates (budget by difficulty over time)."""
 
         rounds: list
 
         def _plan_round(self, local_prompts):
             plan = super()._plan_round(local_prompts)
-            self.rounds.append([self.state.global_step, list(plan.prompt_ids), plan.group_sizes.tolist()])
+            rates = self.pass_rate_history.pass_rates(plan.prompt_ids)  # the p_i this round was allocated from
+            rates = [None if rate != rate else float(rate) for rate in rates]
+            self.rounds.append([self.state.global_step, list(plan.prompt_ids), plan.group_sizes.tolist(), rates])
             return plan
 
     start = time.perf_counter()
@@ -296,6 +297,7 @@ def run_arm(protocol: dict, arm: str, seed: int, output_dir: str) -> dict:
         "log_history": [r for r in history if "loss" in r],
         "rounds": trainer.rounds,
         "train_pass_rates_after": sampled_pass_rates(model, tokenizer, train, protocol["conversion_samples"], max_new),
+        "train_greedy_correct_after": sampled_pass_rates(model, tokenizer, train, 0, max_new),
         "wall_time_s": round(time.perf_counter() - start, 1),
     }
     path = run_path(output_dir, arm, seed)

@@ -55,7 +55,7 @@ def round_series(run: dict, key: str) -> np.ndarray:
 def budget_by_level(run: dict, levels: list[int], num_levels: int) -> np.ndarray:
     """Mean group size per difficulty level in every round: shape (rounds, levels)."""
     table = np.full((len(run["rounds"]), num_levels), np.nan)
-    for index, (_, prompt_ids, sizes) in enumerate(run["rounds"]):
+    for index, (_, prompt_ids, sizes, *_) in enumerate(run["rounds"]):
         prompt_levels = np.array([levels[int(i)] for i in prompt_ids])
         sizes = np.array(sizes, dtype=float)
         for level in range(num_levels):

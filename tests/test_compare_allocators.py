@@ -31,8 +31,9 @@ def test_quick_comparison_runs_every_arm_at_its_budget_and_reports(tmp_path):
     assert runs["grpo_2x"]["rollouts"] == 2 * base
     for run in runs.values():
         assert run["accuracy_curve"][0][1] == 0  # the curve starts at the warm-start checkpoint
-        assert sum(sum(sizes) for _, _, sizes in run["rounds"]) == run["rollouts"]
+        assert sum(sum(sizes) for _, _, sizes, _ in run["rounds"]) == run["rollouts"]
         assert len(run["train_pass_rates_after"]) == script.QUICK["num_train_prompts"]
+        assert set(run["train_greedy_correct_after"]) <= {0.0, 1.0}
 
     script.main(["--report_only", "--output_dir", output_dir, "--docs_dir", docs_dir])
     report = open(os.path.join(docs_dir, "results.md")).read()
