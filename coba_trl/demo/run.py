@@ -75,6 +75,10 @@ def run_demo(training_args: CoBAConfig, demo_args: DemoArguments, reward_funcs: 
     `reward_funcs` defaults to `[dapo_accuracy_reward]`; the first one defines success for the pass rates.
     """
     start = time.perf_counter()
+    if "OMP_NUM_THREADS" not in os.environ:
+        # The model's matrices are tiny: extra threads only add overhead (2x slower on a busy 2-core machine), and
+        # one thread makes `python` and `accelerate launch` (which sets OMP_NUM_THREADS=1) give identical runs.
+        torch.set_num_threads(1)
     torch.manual_seed(training_args.seed)
     tokenizer = build_byte_tokenizer()
     model = build_tiny_qwen2(
