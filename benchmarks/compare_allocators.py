@@ -172,6 +172,7 @@ def prepare_warm_start(protocol: dict, output_dir: str) -> dict:
         "heldout": heldout_accuracy(model, tokenizer, heldout, max_new),
         "train_pass_rates": sampled_pass_rates(model, tokenizer, train, protocol["conversion_samples"], max_new),
         "train_greedy_correct": sampled_pass_rates(model, tokenizer, train, 0, max_new),
+        "heldout_sampled": sampled_pass_rates(model, tokenizer, heldout, protocol["conversion_samples"], max_new),
         "train_levels": [p.level for p in train],
         "wall_time_s": round(time.perf_counter() - start, 1),
     }
@@ -298,6 +299,9 @@ def run_arm(protocol: dict, arm: str, seed: int, output_dir: str) -> dict:
         "rounds": trainer.rounds,
         "train_pass_rates_after": sampled_pass_rates(model, tokenizer, train, protocol["conversion_samples"], max_new),
         "train_greedy_correct_after": sampled_pass_rates(model, tokenizer, train, 0, max_new),
+        "heldout_sampled_after": sampled_pass_rates(
+            model, tokenizer, heldout, protocol["conversion_samples"], max_new
+        ),
         "wall_time_s": round(time.perf_counter() - start, 1),
     }
     path = run_path(output_dir, arm, seed)
