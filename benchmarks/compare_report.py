@@ -67,16 +67,23 @@ def budget_by_level(run: dict, levels: list[int], num_levels: int) -> np.ndarray
 def conversion(before: list[float], after: list[float]) -> dict[str, float]:
     """Shares of training prompts by solved state before and after RL (solved = every sample correct)."""
     before, after = np.array(before), np.array(after)
-    not_solved = before < 1.0
-    unsolved = before == 0.0
-    partly = not_solved & ~unsolved
+    not_solved, unsolved = before < 1.0, before == 0.0
     return {
-        "unsolved_or_partly_to_solved": float((after[not_solved] == 1.0).mean()) if not_solved.any() else np.nan,
+        "to_solved": float((after[not_solved] == 1.0).mean()) if not_solved.any() else np.nan,
         "unsolved_to_any": float((after[unsolved] > 0.0).mean()) if unsolved.any() else np.nan,
-        "partly_to_solved": float((after[partly] == 1.0).mean()) if partly.any() else np.nan,
         "solved_after": float((after == 1.0).mean()),
-        "solved_to_not": float((after[~not_solved] < 1.0).mean()) if (~not_solved).any() else np.nan,
-        "mean_pass_rate_after": float(after.mean()),
+        "majority_after": float((after[before < 0.5] >= 0.5).mean()) if (before < 0.5).any() else np.nan,
+        "mean_after": float(after.mean()),
+    }
+
+
+def greedy_conversion(before: list[float], after: list[float]) -> dict[str, float]:
+    """Training prompts answered right by greedy decoding: wrong -> right, right -> wrong, and right after."""
+    before, after = np.array(before), np.array(after)
+    return {
+        "gained": float(after[before == 0].mean()) if (before == 0).any() else np.nan,
+        "lost": float((after[before == 1] == 0).mean()) if (before == 1).any() else np.nan,
+        "right_after": float(after.mean()),
     }
 
 
@@ -85,29 +92,71 @@ def _mean_std(values) -> str:
     return f"{values.mean():.3f} +- {values.std(ddof=1) if values.size > 1 else 0.0:.3f}"
 
 
-def _summary_rows(runs: dict, protocol: dict, before: dict) -> list[str]:
+def _paired(runs: dict, arm: str, baseline: str = "grpo") -> str:
+    """Per-seed difference of final accuracy against the baseline arm (same seed = same prompt order)."""
+    if arm == baseline or baseline not in runs:
+        return ""
+    reference = {r["seed"]: r["final_accuracy"] for r in runs[baseline]}
+    return ", ".join(f"{r['final_accuracy'] - reference[r['seed']]:+.3f}" for r in runs[arm] if r["seed"] in reference)
+
+
+def _summary_rows(runs: dict, protocol: dict) -> list[str]:
     epoch_rounds = protocol["num_train_prompts"] // protocol["prompts_per_round"]
     rows = [
-        "| arm | seeds | rollouts | final accuracy (mean +- sd) | per seed | mean accuracy over the curve | "
-        "zero-variance groups (all rounds / after epoch 1) | not-solved -> solved | unsolved -> any success | "
-        "solved after | wall s (mean) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| arm | seeds | rollouts | final greedy accuracy (mean +- sd) | per seed | vs `grpo`, per seed | "
+        "mean over the curve | sampled accuracy avg@16 | zero-variance groups (all rounds / after epoch 1) | "
+        "wall s (mean) |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for arm, arm_runs in runs.items():
         _, accuracies = curve(arm_runs)
         zero = [round_series(r, "frac_reward_zero_std") for r in arm_runs]
         later = [z[epoch_rounds:].mean() for z in zero if z.size > epoch_rounds]
-        conv = [conversion(before["train_pass_rates"], r["train_pass_rates_after"]) for r in arm_runs]
         per_seed = ", ".join(f"{r['final_accuracy']:.3f}" for r in arm_runs)
         rows.append(
             f"| `{arm}` | {len(arm_runs)} | {arm_runs[0]['rollouts']} | "
-            f"{_mean_std([r['final_accuracy'] for r in arm_runs])} | "
-            f"{per_seed} | {_mean_std(accuracies.mean(axis=1))} | "
+            f"{_mean_std([r['final_accuracy'] for r in arm_runs])} | {per_seed} | {_paired(runs, arm)} | "
+            f"{_mean_std(accuracies.mean(axis=1))} | "
+            f"{_mean_std([np.mean(r['heldout_sampled_after']) for r in arm_runs])} | "
             f"{np.mean([z.mean() for z in zero]):.3f} / {np.mean(later) if later else np.nan:.3f} | "
-            f"{_mean_std([c['unsolved_or_partly_to_solved'] for c in conv])} | "
-            f"{_mean_std([c['unsolved_to_any'] for c in conv])} | {_mean_std([c['solved_after'] for c in conv])} | "
             f"{np.mean([r['wall_time_s'] for r in arm_runs]):.0f} |"
         )
+    return rows
+
+
+def _conversion_rows(runs: dict, before: dict) -> list[str]:
+    rows = [
+        "| arm | sampled: not solved -> solved (16/16) | sampled: unsolved (0/16) -> any success | "
+        "sampled: p < 0.5 -> p >= 0.5 | mean sampled pass rate after | greedy: wrong -> right | "
+        "greedy: right -> wrong | greedy right after |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for arm, arm_runs in runs.items():
+        conv = [conversion(before["train_pass_rates"], r["train_pass_rates_after"]) for r in arm_runs]
+        greedy = [greedy_conversion(before["train_greedy_correct"], r["train_greedy_correct_after"]) for r in arm_runs]
+        cells = [_mean_std([c[key] for c in conv]) for key in ("to_solved", "unsolved_to_any", "majority_after")]
+        cells += [_mean_std([c["mean_after"] for c in conv])]
+        cells += [_mean_std([g[key] for g in greedy]) for key in ("gained", "lost", "right_after")]
+        rows.append(f"| `{arm}` | " + " | ".join(cells) + " |")
+    return rows
+
+
+PASS_RATE_EDGES = (0.0, 0.05, 0.2, 0.4, 0.6, 0.8, 1.0)
+
+
+def _rollout_share_rows(runs: dict, protocol: dict) -> list[str]:
+    """Share of the rollouts after epoch 1 by the historical pass rate p_i the allocation saw (seed mean)."""
+    epoch_rounds = protocol["num_train_prompts"] // protocol["prompts_per_round"]
+    names = [f"[{low}, {high})" for low, high in zip(PASS_RATE_EDGES[:-2], PASS_RATE_EDGES[1:-1], strict=True)]
+    rows = ["| arm | " + " | ".join(names) + " | [0.8, 1.0] |", "|---|" + "---|" * len(PASS_RATE_EDGES[1:])]
+    for arm, arm_runs in runs.items():
+        shares = []
+        for run in arm_runs:
+            rates = np.array([np.nan if p is None else p for rnd in run["rounds"][epoch_rounds:] for p in rnd[3]])
+            sizes = np.array([size for rnd in run["rounds"][epoch_rounds:] for size in rnd[2]], dtype=float)
+            bins = np.digitize(rates, PASS_RATE_EDGES[1:-1])  # NaN (unseen) lands past the last bin
+            shares.append([sizes[bins == b].sum() / sizes.sum() for b in range(len(PASS_RATE_EDGES) - 1)])
+        rows.append(f"| `{arm}` | " + " | ".join(f"{v:.2f}" for v in np.mean(shares, axis=0)) + " |")
     return rows
 
 
@@ -127,17 +176,34 @@ def _budget_rows(runs: dict, protocol: dict, before: dict, num_levels: int) -> l
     """Mean group size per level in each epoch (seed mean) and the level with the most budget."""
     epoch_rounds = protocol["num_train_prompts"] // protocol["prompts_per_round"]
     header = " | ".join(f"L{level} ({level + 3} ops)" for level in range(num_levels))
-    rows = [f"| arm | epoch | {header} | peak level | train reward |", "|---|---|" + "---|" * (num_levels + 2)]
+    rows = [
+        f"| arm | epoch | {header} | peak level | train reward | F_t | alpha_t |",
+        "|---|---|" + "---|" * (num_levels + 4),
+    ]
     for arm, arm_runs in runs.items():
         tables = np.array([budget_by_level(r, before["train_levels"], num_levels) for r in arm_runs])
         rewards = np.array([round_series(r, "reward") for r in arm_runs])
+        failure = [round_series(r, "coba/failure_rate") for r in arm_runs]
+        alpha = [round_series(r, "coba/alpha") for r in arm_runs]
         for start in range(0, tables.shape[1], epoch_rounds):
             block = np.nanmean(tables[:, start : start + epoch_rounds], axis=(0, 1))
             reward = rewards[:, start : start + epoch_rounds].mean()
             cells = " | ".join(f"{value:.1f}" for value in block)
             peak = f"L{int(np.nanargmax(block))}" if np.nanmax(block) - np.nanmin(block) > 0.05 else "flat"
-            rows.append(f"| `{arm}` | {start // epoch_rounds + 1} | {cells} | {peak} | {reward:.3f} |")
+            capability = [_epoch_mean(values, start, epoch_rounds) for values in (failure, alpha)]
+            rows.append(
+                f"| `{arm}` | {start // epoch_rounds + 1} | {cells} | {peak} | {reward:.3f} | "
+                + " | ".join(capability)
+                + " |"
+            )
     return rows
+
+
+def _epoch_mean(series: list[np.ndarray], start: int, length: int) -> str:
+    """Mean over seeds of a per-round metric within one epoch ("" when the arm does not log it)."""
+    if not all(values.size > start for values in series):
+        return ""
+    return f"{np.mean([values[start : start + length].mean() for values in series]):.2f}"
 
 
 def plot_accuracy(runs: dict, path: str) -> None:
@@ -154,19 +220,30 @@ def plot_accuracy(runs: dict, path: str) -> None:
     _save(figure, path)
 
 
-def plot_budget(runs: dict, before: dict, num_levels: int, path: str) -> None:
+def plot_budget(runs: dict, protocol: dict, path: str) -> None:
+    """Mean group size by historical pass-rate bin, one line per epoch: does the peak move as the model improves?"""
+    epoch_rounds = protocol["num_train_prompts"] // protocol["prompts_per_round"]
     arms = [arm for arm in runs if arm not in ("grpo", "grpo_2x")]
     figure, axes = plt.subplots(1, len(arms), figsize=(3.2 * len(arms), 3.3), sharey=True, squeeze=False)
-    colors = plt.get_cmap("viridis")
+    centers = [(low + high) / 2 for low, high in zip(PASS_RATE_EDGES[:-1], PASS_RATE_EDGES[1:], strict=True)]
+    epochs = range(1, len(runs[arms[0]][0]["rounds"]) // epoch_rounds) if arms else ()
+    colors = plt.get_cmap("plasma")
     for axis, arm in zip(axes[0], arms, strict=True):
-        tables = np.array([budget_by_level(r, before["train_levels"], num_levels) for r in runs[arm]])
-        mean = np.nanmean(tables, axis=0)
-        for level in range(num_levels):
-            axis.plot(mean[:, level], color=colors(level / max(num_levels - 1, 1)), label=f"{level + 3} operands")
-        axis.set(title=arm, xlabel="round")
+        for epoch in epochs:
+            rounds = [
+                rnd for run in runs[arm] for rnd in run["rounds"][epoch * epoch_rounds : (epoch + 1) * epoch_rounds]
+            ]
+            rates = np.array([np.nan if p is None else p for rnd in rounds for p in rnd[3]])
+            sizes = np.array([size for rnd in rounds for size in rnd[2]], dtype=float)
+            bins = np.digitize(rates, PASS_RATE_EDGES[1:-1])
+            means = [sizes[bins == b].mean() if (bins == b).any() else np.nan for b in range(len(centers))]
+            color = colors(epoch / (len(epochs) + 1))
+            axis.plot(centers, means, marker="o", color=color, label=f"epoch {epoch + 1}")
+        axis.set(title=arm, xlabel="historical pass rate p_i")
         axis.grid(alpha=0.3)
-    axes[0][0].set_ylabel("mean rollouts per prompt")
-    axes[0][0].legend(fontsize=7)
+    if arms:
+        axes[0][0].set_ylabel("mean rollouts per prompt")
+        axes[0][0].legend(fontsize=7)
     _save(figure, path)
 
 
@@ -200,7 +277,7 @@ def write_report(output_dir: str, docs_dir: str = "docs") -> list[str]:
     os.makedirs(docs_dir, exist_ok=True)
     plots = {
         "compare_accuracy.png": lambda p: plot_accuracy(runs, p),
-        "compare_budget_by_level.png": lambda p: plot_budget(runs, before, num_levels, p),
+        "compare_budget_by_pass_rate.png": lambda p: plot_budget(runs, protocol, p),
         "compare_zero_std.png": lambda p: plot_zero_std(runs, p),
     }
     written = []
@@ -215,20 +292,28 @@ def write_report(output_dir: str, docs_dir: str = "docs") -> list[str]:
         f"Warm-start model (every arm's start): held-out accuracy {before['heldout']['accuracy']:.3f}; training "
         f"prompts unsolved {np.mean(before_solved == 0):.3f}, partly solved "
         f"{np.mean((before_solved > 0) & (before_solved < 1)):.3f}, solved {np.mean(before_solved == 1):.3f} "
-        f"({protocol['conversion_samples']} samples each).",
+        f"({protocol['conversion_samples']} samples each); training prompts right by greedy decoding "
+        f"{np.mean(before['train_greedy_correct']):.3f}; held-out sampled accuracy (avg@"
+        f"{protocol['conversion_samples']}, temperature 1.0) {np.mean(before['heldout_sampled']):.3f}.",
         "",
         "### Summary per arm",
-        *_summary_rows(runs, protocol, before),
+        *_summary_rows(runs, protocol),
         "",
         "### Held-out accuracy at equal rollouts (seed mean)",
         *_equal_rollout_rows(runs),
         "",
         "![accuracy vs rollouts](compare_accuracy.png)",
         "",
+        "### Conversion of the 256 training prompts (before RL = the warm-start model; seed mean +- sd)",
+        *_conversion_rows(runs, before),
+        "",
+        "### Where the rollouts went after epoch 1: share by the historical pass rate p_i the allocator saw",
+        *_rollout_share_rows(runs, protocol),
+        "",
         "### Budget by difficulty level per epoch (seed mean of the mean group size)",
         *_budget_rows(runs, protocol, before, num_levels),
         "",
-        "![budget by level](compare_budget_by_level.png)",
+        "![budget by pass rate](compare_budget_by_pass_rate.png)",
         "",
         "![zero-variance groups](compare_zero_std.png)",
         END,
