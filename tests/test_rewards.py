@@ -1,6 +1,8 @@
 """Graded cases for the math rewards: what a careful human grader would accept, in both answer formats."""
 
 import functools
+import subprocess
+import sys
 import time
 
 import pytest
@@ -310,7 +312,7 @@ def test_pool_survives_a_worker_that_dies():
 
 
 def test_worker_start_up_does_not_count_against_the_item():
-    pool = TimeLimitedPool(max_workers=1, start_method="spawn")
+    pool = TimeLimitedPool(max_workers=1)
     try:
         result = pool.map(_sleep, [(0,)], time_limit=0.2)[0]
         assert result.status == "ok"
@@ -322,8 +324,6 @@ def test_worker_start_up_does_not_count_against_the_item():
 def test_pool_arguments_are_checked():
     with pytest.raises(ValueError, match="max_workers"):
         TimeLimitedPool(max_workers=0)
-    with pytest.raises(ValueError, match="start_method"):
-        TimeLimitedPool(start_method="fork")
 
 
 def test_worker_count_is_shared_between_local_ranks(monkeypatch):
@@ -334,3 +334,18 @@ def test_worker_count_is_shared_between_local_ranks(monkeypatch):
     assert default_num_workers() == 4
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "32")
     assert default_num_workers() == 1
+
+
+def test_unguarded_script_runs_its_top_level_once_and_grades_symbolic_answers(tmp_path):
+    # Workers are fresh interpreters: a training script without `if __name__ == "__main__":` is not re-run in them.
+    marker = tmp_path / "runs.txt"
+    script = tmp_path / "train.py"
+    script.write_text(
+        "from coba_trl.rewards import dapo_accuracy_reward\n"
+        f"open({str(marker)!r}, 'a').write('run\\n')\n"
+        "print(dapo_accuracy_reward(['Answer: \\\\sqrt{8}', 'Answer: 3'], ['2\\\\sqrt{2}', '4']))\n"
+    )
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "[1.0, 0.0]"
+    assert marker.read_text() == "run\n"

@@ -6,25 +6,29 @@ pipe and answers its items one by one; the parent waits on all pipes with a dead
 (SIGKILL) a worker whose item is past its limit; the item then counts as timed out, the items queued behind it go to
 other workers, and a fresh worker takes the killed one's place.
 
-Workers start with the `forkserver` method (`spawn` where it is missing): safe with torch and CUDA loaded in the
-trainer. The fork server preloads math-verify, so a replacement worker starts in milliseconds. The pool is created
-lazily by `get_pool()`, grows only to as many workers as a batch can use, is reused across calls, and is shut
-down at interpreter exit.
+Workers are fresh interpreters (`python -c "...serve()"`) talking over a socket pair, never forks of the trainer:
+safe with torch and CUDA loaded, and, unlike `multiprocessing`'s spawn / forkserver, they never re-import the
+user's main module, so a training script without an `if __name__ == "__main__":` guard, a notebook or a script fed
+through stdin all work. A worker imports math-verify once at start (about a second; start-up never counts against
+an item). The pool is created lazily by `get_pool()`, grows only to as many workers as a batch can use, is reused
+across calls, and is shut down at interpreter exit. `func` must be importable by name (a module-level function).
 """
 
 import atexit
 import importlib
 import logging
-import multiprocessing
 import os
 import resource
 import signal
+import socket
+import subprocess
+import sys
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from multiprocessing.connection import wait
+from multiprocessing.connection import Connection, wait
 
 logger = logging.getLogger(__name__)
 
@@ -33,14 +37,14 @@ WORKER_MEMORY_HEADROOM_BYTES = 3 * 1024**3
 then fails fast with MemoryError instead of swapping the machine."""
 
 WORKER_START_LIMIT = 120.0
-"""Seconds a new worker may take to start (import the training script's modules) before it counts as failed."""
+"""Seconds a new worker may take to start (import math-verify and sympy) before it counts as failed."""
 
 _MAX_FAILED_STARTS = 3
 _MAX_CHUNK = 8
 """Items handed to a worker at once (answered one by one, each under its own limit): fewer wake-ups per item."""
-_PRELOAD = ["__main__", "math_verify", "coba_trl.rewards.equivalence"]
-"""Imported once in the fork server. `__main__` first: then workers do not each re-run the main module's imports
-(guard a training script with `if __name__ == "__main__":`, as for any multiprocessing code)."""
+_PRELOAD = ["math_verify", "coba_trl.rewards.equivalence"]
+"""Imported by every worker before it says it is ready."""
+_SERVE = "from coba_trl.rewards.pool import serve; serve()"
 
 
 @dataclass(frozen=True)
@@ -73,9 +77,15 @@ def _limit_memory(headroom: int) -> None:
         pass  # no /proc (macOS) or a limit we may not set: the time limit still holds
 
 
+def serve() -> None:
+    """Entry point of a worker process: `sys.argv` holds the socket's file descriptor and the memory headroom."""
+    fd, memory_headroom = (int(arg) for arg in sys.argv[1:3])
+    _worker_main(Connection(fd), memory_headroom)
+
+
 def _worker_main(conn, memory_headroom: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    for module in _PRELOAD[1:]:
+    for module in _PRELOAD:
         importlib.import_module(module)
     if memory_headroom > 0:
         _limit_memory(memory_headroom)
@@ -106,11 +116,18 @@ class _Worker:
     first one has been running since `since` (the previous answer, or the hand-out).
     """
 
-    def __init__(self, context, memory_headroom: int):
-        self.conn, child_conn = context.Pipe()
-        self.process = context.Process(target=_worker_main, args=(child_conn, memory_headroom), daemon=True)
-        self.process.start()
-        child_conn.close()
+    def __init__(self, memory_headroom: int):
+        parent, child = socket.socketpair()
+        # The worker sees the trainer's import path, so any module-level `func` it is sent can be unpickled.
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(path for path in sys.path if path))
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", _SERVE, str(child.fileno()), str(memory_headroom)],
+            pass_fds=[child.fileno()],
+            stdin=subprocess.DEVNULL,
+            env=env,
+        )
+        child.close()
+        self.conn = Connection(parent.detach())
         self.started = time.monotonic()
         self.ready = False
         self.queue: deque[tuple[int, tuple]] = deque()
@@ -119,18 +136,24 @@ class _Worker:
     def deadline(self, time_limit: float) -> float:
         return self.since + time_limit if self.queue else self.started + WORKER_START_LIMIT
 
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
     def kill(self) -> None:
-        if self.process.is_alive():
+        if self.alive():
             self.process.kill()
-        self.process.join(timeout=1.0)
+        try:
+            self.process.wait(timeout=1.0)
+        except subprocess.TimeoutExpired:
+            pass
         self.conn.close()
 
     def stop(self) -> None:
         try:
             self.conn.send(None)
-        except OSError:
+            self.process.wait(timeout=0.5)
+        except (OSError, subprocess.TimeoutExpired):
             pass
-        self.process.join(timeout=0.5)
         self.kill()
 
 
@@ -145,32 +168,21 @@ class TimeLimitedPool:
     Args:
         max_workers (`int`, *optional*): Upper bound on worker processes; defaults to `default_num_workers()`.
         memory_headroom (`int`): Address space in bytes a worker may add to its size at start (0 for no limit).
-        start_method (`str`, *optional*): "forkserver" (default where available) or "spawn".
     """
 
     def __init__(
         self,
         max_workers: int | None = None,
         memory_headroom: int = WORKER_MEMORY_HEADROOM_BYTES,
-        start_method: str | None = None,
     ):
         if max_workers is not None and max_workers < 1:
             raise ValueError(f"max_workers ({max_workers}) must be at least 1; use None for one per CPU.")
-        methods = multiprocessing.get_all_start_methods()
-        if start_method not in (None, "forkserver", "spawn") or (start_method and start_method not in methods):
-            raise ValueError(
-                f"start_method ({start_method!r}) must be None, 'forkserver' or 'spawn' (fork is unsafe)."
-            )
         self.max_workers = max_workers or default_num_workers()
         self.memory_headroom = memory_headroom
         self.workers_replaced = 0
         self._workers: list[_Worker] = []
         self._lock = threading.Lock()
         self._pid = os.getpid()
-        method = start_method or ("forkserver" if "forkserver" in methods else "spawn")
-        self._context = multiprocessing.get_context(method)
-        if method == "forkserver":
-            self._context.set_forkserver_preload(_PRELOAD)
 
     def map(
         self,
@@ -207,9 +219,10 @@ class TimeLimitedPool:
             if failed_starts >= _MAX_FAILED_STARTS:
                 if not gave_up:
                     logger.error(
-                        "No worker process could start (%d tries); remaining items fail. Workers re-import the main "
-                        "module: run from a script file with an `if __name__ == '__main__':` guard.",
+                        "No worker process could start (%d tries); remaining items fail. Check that `%s -c 'import "
+                        "math_verify'` works.",
                         failed_starts,
+                        sys.executable,
                     )
                 results.extend(ItemResult("error", "no worker could start") for _ in source)
                 for index, _ in pending:
@@ -217,7 +230,7 @@ class TimeLimitedPool:
                 pending.clear()
                 exhausted = gave_up = True
             if pending and len(self._workers) < wanted:
-                self._workers.append(_Worker(self._context, self.memory_headroom))
+                self._workers.append(_Worker(self.memory_headroom))
             for worker in self._workers[:wanted]:
                 if pending and worker.ready and not worker.queue:
                     size = min(_MAX_CHUNK, max(1, len(pending) // wanted))
@@ -274,12 +287,12 @@ class TimeLimitedPool:
 
     def _replace(self, worker: _Worker) -> None:
         worker.kill()
-        self._workers[self._workers.index(worker)] = _Worker(self._context, self.memory_headroom)
+        self._workers[self._workers.index(worker)] = _Worker(self.memory_headroom)
         self.workers_replaced += 1
 
     def worker_pids(self) -> list[int]:
         """Process ids of the live workers (for monitoring, e.g. their CPU time)."""
-        return [worker.process.pid for worker in self._workers if worker.process.is_alive()]
+        return [worker.process.pid for worker in self._workers if worker.alive()]
 
     def shutdown(self) -> None:
         """Stop every worker (idempotent); the pool starts new ones if used again."""
