@@ -147,7 +147,7 @@ def main():
     print("mix:", {k: kinds.count(k) for k in sorted(set(kinds))})
     start = time.perf_counter()
     grade(completions[:64], golds[:64], extract_dapo_answer, args.time_limit)
-    print(f"pool warm-up (fork server + workers): {time.perf_counter() - start:.2f} s")
+    print(f"pool warm-up (worker start-up): {time.perf_counter() - start:.2f} s")
 
     passes = {True: [], False: []}
     cpu = {True: [], False: []}

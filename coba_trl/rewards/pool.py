@@ -40,7 +40,7 @@ WORKER_START_LIMIT = 120.0
 """Seconds a new worker may take to start (import math-verify and sympy) before it counts as failed."""
 
 _MAX_FAILED_STARTS = 3
-_MAX_CHUNK = 8
+_MAX_CHUNK = 32
 """Items handed to a worker at once (answered one by one, each under its own limit): fewer wake-ups per item."""
 _PRELOAD = ["math_verify", "coba_trl.rewards.equivalence"]
 """Imported by every worker before it says it is ready."""
