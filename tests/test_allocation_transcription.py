@@ -83,18 +83,22 @@ def transcribed_allocation(rates, total, alpha, beta, b_low, b_up, tau=None, hea
             break
         if not members:
             continue
-        weights = [1 - min(max(p[i], 1e-6), 1 - 1e-6) for i in members]
+        taking = [i for i in members if counts[i] < b_up]
+        if not taking:
+            continue
+        weights = [1 - min(max(p[i], 1e-6), 1 - 1e-6) for i in taking]
         total_weight = sum(weights)
-        start_left = left
-        for i, w in zip(members, weights, strict=True):
-            extra = min(math.floor(start_left * w / total_weight), b_up - counts[i])
+        for i, w in zip(taking, weights, strict=True):
+            extra = min(int(left * w / total_weight), b_up - counts[i])  # `left` shrinks after every prompt
             counts[i] += extra
             left -= extra
-        while left > 0 and any(counts[i] < b_up for i in members):
-            for i in members:
-                if left > 0 and counts[i] < b_up:
-                    counts[i] += 1
-                    left -= 1
+        open_ = [i for i in taking if counts[i] < b_up]
+        if open_:
+            each, first = left // len(open_), left % len(open_)
+            for j, i in enumerate(open_):
+                extra = min(each + (1 if j < first else 0), b_up - counts[i])
+                counts[i] += extra
+                left -= extra
     return counts
 
 

@@ -1,5 +1,7 @@
 """Sharing what the heap left of R by weight (1 - p) (algorithm.md section 5, step 6)."""
 
+import math
+
 import numpy as np
 
 from .solver import fill_in_order
@@ -29,19 +31,31 @@ def round_robin(room: np.ndarray, amount: int) -> np.ndarray:
 def share_remainder(counts: np.ndarray, pass_rates: np.ndarray, groups: list[np.ndarray], left: int, cap: int) -> int:
     """Hand `left` units to the prompt groups in order (in place); return what no prompt below `cap` could take.
 
-    Within a group: floor(left * w_i / sum w) each with w_i = 1 - clip(p_i, 1e-6, 1 - 1e-6), capped at B_up,
-    then +1 round-robin over the prompts still below B_up; the rest passes to the next group. (The clipped
-    weights are never all zero, so the released code's uniform fallback for that case cannot trigger.)
+    Released-code behaviour, float for float (algorithm.md section 5, step 6). Within a group only the prompts still
+    below B_up = `cap` take part, with weights w_i = 1 - clip(p_i, 1e-6, 1 - 1e-6) and W = sum of their weights,
+    computed once. In batch order each takes min(floor(R_run * w_i / W), B_up - n_i), where R_run is the *running*
+    remainder, reduced after every prompt (so earlier prompts get slightly more). Then one even pass over those still
+    below B_up: R_run // k each and +1 for the first R_run % k, each capped at B_up. What is left passes to the next
+    group. (The clipped weights are never all zero, so the released code's even-only fallback for that case cannot
+    trigger.) A plain loop: the groups outside the heap are small and this runs once per round.
     """
     for members in groups:
         if left <= 0:
             break
-        if members.size == 0:
+        below = [int(i) for i in members if counts[i] < cap]
+        if not below:
             continue
-        weights = 1.0 - np.clip(pass_rates[members], 1e-6, 1.0 - 1e-6)
-        room = cap - counts[members]
-        extra = np.minimum(np.floor(left * weights / weights.sum()).astype(np.int64), room)
-        cycled = round_robin(room - extra, left - int(extra.sum()))
-        counts[members] += extra + cycled
-        left -= int(extra.sum()) + int(cycled.sum())
+        weights = [1.0 - min(max(float(pass_rates[i]), 1e-6), 1.0 - 1e-6) for i in below]
+        total_weight = sum(weights)
+        for i, weight in zip(below, weights, strict=True):
+            take = min(math.floor(left * weight / total_weight), cap - int(counts[i]))
+            counts[i] += take
+            left -= take
+        still_below = [i for i in below if counts[i] < cap]
+        if still_below:
+            base, extra = divmod(left, len(still_below))
+            for rank, i in enumerate(still_below):
+                take = min(base + (rank < extra), cap - int(counts[i]))
+                counts[i] += take
+                left -= take
     return left
