@@ -5,9 +5,11 @@ to it with matplotlib's Agg backend (no display needed):
 
 - ``budget_by_pass_rate.png``: mean group size of the prompts in each pass-rate bin per round (the allocation
   shifting from easy to hard prompts as the model improves, algorithm.md sections 3-5);
-- ``capability.png``: alpha_t, beta_t of the Beta value density and the failure rates F_t, F_bar_t (section 3);
+- ``capability.png``: alpha_t, beta_t of the Beta value density (CoBA only) and the failure rates F_t, F_bar_t
+  (section 3);
 - ``reward_accuracy.png``: mean training reward and, when logged, held-out accuracy.
-A plot whose metrics are absent from the log (e.g. capability for a uniform or Knapsack run) is skipped.
+Only metrics the run logged get a plot or a panel (a Knapsack run has no alpha/beta panel). The x axis is the
+optimizer step, with integer ticks.
 """
 
 from __future__ import annotations
@@ -22,6 +24,9 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
+
+from coba_trl.telemetry import PASS_RATE_BINS  # noqa: E402
 
 BUDGET_BIN_PREFIX = "budget/mean_by_pass_rate/"
 STATE_FILE = "trainer_state.json"
@@ -49,10 +54,27 @@ def series(log_history: list[dict], key: str) -> tuple[list[int], list[float]]:
     return [step for step, _ in points], [value for _, value in points]
 
 
-def _bin_order(name: str) -> tuple[float, str]:
-    if name == "unseen":
-        return (-1.0, name)
-    return (float(name.split("-")[0]), name)
+# Pass-rate bins from hard to easy, in the order of an ordered colour map (so neighbouring bins get neighbouring hues).
+PASS_RATE_BIN_NAMES = tuple(name for name, _, _ in PASS_RATE_BINS) + ("1.0",)
+BIN_MARKERS = ("o", "s", "^", "D", "v", "P")
+
+
+def bin_color(name: str):
+    """Fixed colour of a pass-rate bin: grey for unseen prompts, else its place on the ordered "plasma" map."""
+    if name not in PASS_RATE_BIN_NAMES:
+        return "grey"
+    return plt.get_cmap("plasma")(0.88 * PASS_RATE_BIN_NAMES.index(name) / (len(PASS_RATE_BIN_NAMES) - 1))
+
+
+def _bin_order(name: str) -> int:
+    return PASS_RATE_BIN_NAMES.index(name) if name in PASS_RATE_BIN_NAMES else -1
+
+
+def _step_axis(axis) -> None:
+    """Optimizer steps are whole numbers: integer ticks even for a run of three steps."""
+    axis.set_xlabel("optimizer step")
+    axis.xaxis.set_major_locator(MaxNLocator(integer=True))
+    axis.grid(alpha=0.3)
 
 
 def plot_budget_by_pass_rate(log_history: list[dict], path: str) -> bool:
@@ -63,33 +85,48 @@ def plot_budget_by_pass_rate(log_history: list[dict], path: str) -> bool:
     if not bins:
         return False
     figure, axis = plt.subplots(figsize=(7, 4))
-    colors = plt.get_cmap("viridis")
-    for index, name in enumerate(bins):
+    for name in bins:
         steps, values = series(log_history, BUDGET_BIN_PREFIX + name)
-        color = "grey" if name == "unseen" else colors(index / max(len(bins) - 1, 1))
-        axis.plot(steps, values, marker=".", label=f"p in {name}" if name != "unseen" else "unseen", color=color)
+        if name in PASS_RATE_BIN_NAMES:
+            style = {"marker": BIN_MARKERS[_bin_order(name)], "markersize": 4, "label": f"p in {name}"}
+        else:
+            style = {"marker": ".", "linestyle": ":", "label": "unseen (no history yet)"}
+        axis.plot(steps, values, color=bin_color(name), **style)
     steps, values = series(log_history, "budget/mean")
-    axis.plot(steps, values, linestyle="--", color="black", label="mean (G)")
-    axis.set(xlabel="step", ylabel="rollouts per prompt", title="Budget by pass-rate bin")
+    axis.plot(steps, values, linestyle="--", color="black", label="mean over prompts (G)")
+    axis.set(ylabel="rollouts per prompt (mean over the bin)", title="Budget by pass-rate bin p_i")
+    _step_axis(axis)
     axis.legend(fontsize=8, ncol=2)
     _save(figure, path)
     return True
 
 
+def _overlaid(axis, log_history: list[dict], under: tuple[str, str], over: tuple[str, str], color) -> None:
+    """Two series that can coincide (F_t and F_bar_t with window 1): a wide translucent band under a thin line."""
+    steps, values = series(log_history, under[0])
+    axis.plot(steps, values, color=color, linewidth=5, alpha=0.3, solid_capstyle="round", label=under[1])
+    steps, values = series(log_history, over[0])
+    axis.plot(steps, values, color=color, linewidth=1.2, marker=".", label=over[1])
+
+
 def plot_capability(log_history: list[dict], path: str) -> bool:
-    if not series(log_history, "coba/failure_rate")[0]:
+    """The capability state: Beta(alpha_t, beta_t) when the allocator logs it (CoBA) and the failure rates."""
+    panels = [key for key in ("coba/alpha", "coba/failure_rate") if series(log_history, key)[0]]
+    if not panels:
         return False
-    figure, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
-    for key, label in (("coba/alpha", "alpha"), ("coba/beta", "beta")):
-        steps, values = series(log_history, key)
-        left.plot(steps, values, marker=".", label=label)
-    left.set(xlabel="step", title="Beta(alpha, beta) of the value density")
-    left.legend()
-    for key, label in (("coba/failure_rate", "F_t"), ("coba/failure_rate_smoothed", "F_bar_t")):
-        steps, values = series(log_history, key)
-        right.plot(steps, values, marker=".", label=label)
-    right.set(xlabel="step", ylim=(0, 1), title="Global failure rate")
-    right.legend()
+    figure, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4), squeeze=False)
+    for axis, key in zip(axes[0], panels, strict=True):
+        if key == "coba/alpha":
+            for name, color in (("alpha", "tab:blue"), ("beta", "tab:orange")):
+                steps, values = series(log_history, f"coba/{name}")
+                axis.plot(steps, values, marker=".", color=color, label=f"{name}_t")
+            axis.set(ylabel="Beta parameter (no unit)", title="Value density Beta(alpha_t, beta_t)")
+        else:
+            under = ("coba/failure_rate_smoothed", "F_bar_t (mean of the last window values)")
+            _overlaid(axis, log_history, under, ("coba/failure_rate", "F_t (this round)"), "tab:red")
+            axis.set(ylabel="failure rate (1 - mean pass rate)", ylim=(0, 1), title="Global failure rate")
+        _step_axis(axis)
+        axis.legend(fontsize=8)
     _save(figure, path)
     return True
 
@@ -101,11 +138,14 @@ def plot_reward_accuracy(log_history: list[dict], path: str) -> bool:
         return False
     figure, axis = plt.subplots(figsize=(7, 4))
     if steps:
-        axis.plot(steps, rewards, marker=".", alpha=0.7, label="train reward (mean)")
+        axis.plot(steps, rewards, marker=".", alpha=0.7, label="train reward (mean over the round)")
     if accuracy_steps:
-        axis.plot(accuracy_steps, accuracy, marker="o", linewidth=2, label="held-out accuracy")
-    axis.set(xlabel="step", ylim=(0, 1), title="Reward and accuracy")
-    axis.legend()
+        axis.plot(accuracy_steps, accuracy, marker="o", linewidth=2, label="held-out accuracy (greedy)")
+    if all(0.0 <= value <= 1.0 for value in rewards + accuracy):
+        axis.set_ylim(0, 1)
+    axis.set(ylabel="reward / accuracy (fraction correct)", title="Reward and accuracy")
+    _step_axis(axis)
+    axis.legend(fontsize=8)
     _save(figure, path)
     return True
 

@@ -67,3 +67,42 @@ def test_command_line(tmp_path):
     result = subprocess.run([sys.executable, "-m", "coba_trl.plot", str(tmp_path)], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert result.stdout.count(".png") == 3
+
+
+@pytest.fixture
+def figures(monkeypatch):
+    """The figures the plot functions would save, kept open for inspection."""
+    import coba_trl.plot as plot
+
+    kept = {}
+    monkeypatch.setattr(plot, "_save", lambda figure, path: kept.setdefault(path.rsplit("/", 1)[-1], figure))
+    yield kept
+    plot.plt.close("all")
+
+
+def test_every_axis_is_labelled_and_counts_whole_steps(tmp_path, figures):
+    write_state(tmp_path, synthetic_history())
+    plot_run(str(tmp_path))
+    assert len(figures) == 3
+    for figure in figures.values():
+        for axis in figure.axes:
+            assert axis.get_xlabel() and axis.get_ylabel()
+            assert all(float(tick).is_integer() for tick in axis.get_xticks())
+
+
+def test_a_run_without_alpha_beta_gets_only_the_failure_rate_panel(tmp_path, figures):
+    history = synthetic_history()
+    for record in history:
+        record.pop("coba/alpha", None), record.pop("coba/beta", None)
+    write_state(tmp_path, history)
+    plot_run(str(tmp_path))
+    (axis,) = figures["capability.png"].axes
+    assert axis.get_title() == "Global failure rate"
+    assert [line.get_label() for line in axis.get_lines()][::-1][0].startswith("F_t")  # F_t drawn on top
+
+
+def test_pass_rate_bins_get_distinct_ordered_colours():
+    from coba_trl.plot import PASS_RATE_BIN_NAMES, bin_color
+
+    colours = [bin_color(name) for name in PASS_RATE_BIN_NAMES]
+    assert len(set(colours)) == len(PASS_RATE_BIN_NAMES) and bin_color("unseen") == "grey"
