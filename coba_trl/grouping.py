@@ -8,8 +8,6 @@ generates far longer than the others. Plain numpy; the trainer only wires it in.
 
 from __future__ import annotations
 
-import heapq
-
 import numpy as np
 
 
@@ -22,37 +20,50 @@ def expected_length_weight(pass_rates: np.ndarray) -> np.ndarray:
     return 2.0 - np.clip(p, 0.0, 1.0)
 
 
-def deal_groups(group_sizes: np.ndarray, num_ranks: int, weights: np.ndarray | None = None) -> list[np.ndarray]:
+def deal_groups(
+    group_sizes: np.ndarray, num_ranks: int, weights: np.ndarray | None = None, tolerance: float = 0.03
+) -> list[np.ndarray]:
     """Deal the rows of every group over `num_ranks` processes; returns, per rank, the group id of each of its rows.
 
-    Every rank gets exactly `sum(group_sizes) / num_ranks` rows. Rows are dealt heaviest first (by `weights`, the
-    expected tokens of one completion of each group; all equal when `None`), each to the rank with the least expected
-    tokens that still has room, ties to the lowest rank. The rows of one group have the same weight and are dealt one
-    after another, so a group of k rows lands about k / num_ranks times on each rank. Within a rank the rows are
-    ordered by group id, so on one process the rows are the groups in prompt order, exactly like GRPO's batch.
-    Deterministic: the same inputs give the same deal on every process.
+    Every rank gets exactly `sum(group_sizes) / num_ranks` rows. Groups are placed heaviest first (by `weights`, the
+    expected tokens of one completion of each group; all equal when `None`), larger groups first among equals, each on
+    the least-loaded rank that still has room. That rank keeps taking the group's rows while its expected tokens stay
+    within `tolerance` of the mean per rank above the next least-loaded rank; the rest of the group moves on to the
+    next rank. So a group spans as few ranks as the token balance allows (each rank prefills fewer distinct prompts),
+    and the expected tokens per rank stay within about `tolerance` of each other: the heaviest rows are placed first,
+    and the rows that a full rank forces elsewhere at the end are the lightest. Within a rank the rows are ordered by
+    group id, so on one process the rows are the groups in prompt order, exactly like GRPO's batch. Deterministic:
+    the same inputs give the same deal on every process.
     """
     sizes = np.asarray(group_sizes, dtype=np.int64)
     total = int(sizes.sum())
     if total % num_ranks != 0:
         raise ValueError(f"The round's {total} completions cannot be dealt evenly over {num_ranks} processes.")
-    group_ids = np.repeat(np.arange(len(sizes)), sizes)
     if num_ranks == 1:
-        return [group_ids]
+        return [np.repeat(np.arange(len(sizes)), sizes)]
     unit_weight = np.ones(len(sizes)) if weights is None else np.asarray(weights, dtype=np.float64)
-    order = np.argsort(-unit_weight[group_ids], kind="stable")
-    capacity = total // num_ranks
-    loads = [(0.0, rank) for rank in range(num_ranks)]
-    filled = [0] * num_ranks
-    dealt: list[list[int]] = [[] for _ in range(num_ranks)]
-    for row in order:
-        load, rank = heapq.heappop(loads)
-        group = int(group_ids[row])
-        dealt[rank].append(group)
-        filled[rank] += 1
-        if filled[rank] < capacity:
-            heapq.heappush(loads, (load + unit_weight[group], rank))
-    return [np.sort(np.asarray(rows, dtype=np.int64)) for rows in dealt]
+    slack = tolerance * float(np.dot(sizes, unit_weight)) / num_ranks
+    room = np.full(num_ranks, total // num_ranks, dtype=np.int64)
+    load = np.zeros(num_ranks)
+    taken = np.zeros((num_ranks, len(sizes)), dtype=np.int64)
+    for group in np.lexsort((np.arange(len(sizes)), -sizes, -unit_weight)):
+        left, weight = int(sizes[group]), unit_weight[group]
+        while left:
+            open_ranks = np.flatnonzero(room > 0)
+            rank = open_ranks[np.argmin(load[open_ranks])]  # ties: the lowest rank
+            others = load[open_ranks[open_ranks != rank]]
+            fits = left if others.size == 0 else int((others.min() + slack - load[rank]) // weight) + 1
+            rows = min(left, int(room[rank]), max(fits, 1))
+            taken[rank, group] += rows
+            room[rank] -= rows
+            load[rank] += rows * weight
+            left -= rows
+    return [np.repeat(np.arange(len(sizes)), counts) for counts in taken]
+
+
+def distinct_groups(per_rank: list[np.ndarray]) -> list[int]:
+    """Distinct groups (prompts) each rank holds rows of: the prompts its generation backend must prefill."""
+    return [int(np.unique(rows).size) for rows in per_rank]
 
 
 def imbalance(per_rank: list[np.ndarray], weights: np.ndarray | None = None) -> float:
