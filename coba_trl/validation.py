@@ -6,21 +6,22 @@ dataset, the number of processes or the trainer's arguments. Every error names t
 
 from __future__ import annotations
 
+import functools
+import inspect
+import math
+import numbers
+
 from datasets import Dataset, IterableDataset
 
 
 def check_round_layout(
     generation_batch_size: int, num_generations: int, num_processes: int, steps_per_generation: int
 ) -> int:
-    """Check that a round's distinct prompts and completion rows divide evenly; returns the prompts per round."""
-    prompts_per_round = generation_batch_size // num_generations
-    if prompts_per_round % num_processes != 0:
-        raise ValueError(
-            f"The prompts per generation round, generation_batch_size / num_generations = {generation_batch_size} / "
-            f"{num_generations} = {prompts_per_round}, must be divisible by the number of processes ({num_processes}), "
-            "because each process loads the same number of distinct prompts. Change per_device_train_batch_size, "
-            "steps_per_generation or num_generations so that it is."
-        )
+    """Check that a round's completion rows divide evenly over the processes; returns the prompts per round (M).
+
+    M itself need not divide by the number of processes: the sampler pads each process's share of the round's distinct
+    prompts (`coba_trl.sampling`), and the completion rows are dealt evenly whatever the group sizes.
+    """
     rows_per_process = generation_batch_size // num_processes
     if generation_batch_size % num_processes != 0 or rows_per_process % steps_per_generation != 0:
         raise ValueError(
@@ -29,7 +30,7 @@ def check_round_layout(
             f"({steps_per_generation}). Set generation_batch_size to a multiple of "
             f"num_processes * steps_per_generation."
         )
-    return prompts_per_round
+    return generation_batch_size // num_generations
 
 
 def check_dataset(train_dataset, prompt_id_column: str | None, prior_pass_rate_column: str | None) -> None:
@@ -55,6 +56,75 @@ def check_dataset(train_dataset, prompt_id_column: str | None, prior_pass_rate_c
                 f"{field_name} is {column!r}, but train_dataset has no such column (columns: "
                 f"{train_dataset.column_names}). Add the column or set {field_name}=None."
             )
+    if prior_pass_rate_column is not None:
+        check_prior_values(train_dataset[prior_pass_rate_column], prior_pass_rate_column)
+
+
+def check_prior_values(values, column: str) -> None:
+    """Every offline prior must be a pass rate in [0, 1], or None / NaN for unknown."""
+    bad = [(row, value) for row, value in enumerate(values) if not _is_pass_rate_or_unknown(value)]
+    if bad:
+        row, value = bad[0]
+        raise ValueError(
+            f"prior_pass_rate_column {column!r} must hold pass rates in [0, 1], or None / NaN where unknown; "
+            f"{len(bad)} row(s) do not, the first is row {row} with {value!r}. If the column holds percentages, divide "
+            f"it by 100 (`dataset.map(lambda row: {{{column!r}: row[{column!r}] / 100}})`)."
+        )
+
+
+def _is_pass_rate_or_unknown(value) -> bool:
+    if value is None:
+        return True
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        return False
+    return math.isnan(value) or 0.0 <= value <= 1.0
+
+
+# Keyword arguments TRL's GRPOTrainer passes to every reward function itself (not from dataset columns).
+TRL_REWARD_ARGUMENTS = frozenset(
+    {"prompts", "completions", "completion_ids", "trainer_state", "log_extra", "log_metric", "environments"}
+)
+
+
+def check_reward_columns(reward_funcs, column_names: list[str]) -> None:
+    """Each reward function's dataset columns must be in train_dataset, so a missing one fails before training.
+
+    A function needs the columns named by its parameters without a default (other than what TRL passes itself) and
+    those listed in its `required_columns` attribute (the packaged math rewards declare `("solution",)`).
+    Reward models (names or modules) need only the prompt and completion.
+    """
+    for func in reward_funcs if isinstance(reward_funcs, list) else [reward_funcs]:
+        if isinstance(func, str) or not callable(func) or hasattr(func, "forward"):
+            continue
+        declared = func.func if isinstance(func, functools.partial) else func
+        needed = set(getattr(declared, "required_columns", ()))
+        try:
+            parameters = inspect.signature(func).parameters.values()
+        except (TypeError, ValueError):  # builtins and C callables have no inspectable signature
+            parameters = []
+        for parameter in parameters:
+            named = parameter.kind in (parameter.POSITIONAL_OR_KEYWORD, parameter.KEYWORD_ONLY)
+            if named and parameter.default is parameter.empty and parameter.name not in TRL_REWARD_ARGUMENTS:
+                needed.add(parameter.name)
+        missing = sorted(needed - set(column_names))
+        if missing:
+            name = getattr(func, "__name__", type(func).__name__)
+            raise ValueError(
+                f"The reward function {name!r} needs the dataset column(s) {missing}, which train_dataset lacks "
+                f"(columns: {column_names}). Add them, e.g. `dataset.rename_column('answer', {missing[0]!r})`, or "
+                "pass a reward function that does not need them."
+            )
+
+
+def check_generation_kwargs(generation_kwargs: dict | None, use_vllm: bool) -> None:
+    """Refuse a fixed vLLM sampling seed: under CoBA every completion is its own request, so they would all be equal."""
+    if use_vllm and generation_kwargs and generation_kwargs.get("seed") is not None:
+        raise ValueError(
+            f"generation_kwargs sets seed={generation_kwargs['seed']!r}. CoBAGRPOTrainer asks vLLM for each "
+            "completion of a prompt as its own request (n = 1), so one fixed sampling seed would make every "
+            "completion of a group identical and every advantage 0. Remove 'seed' from generation_kwargs: without a "
+            "per-request seed vLLM draws distinct completions, and TRL already seeds each process's colocated engine."
+        )
 
 
 def check_features(rollout_func, environment_factory) -> None:

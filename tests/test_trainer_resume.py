@@ -1,41 +1,106 @@
-"""Checkpoints carry the allocator state: a resumed run allocates exactly like an uninterrupted one."""
+"""Exact resume: from any checkpoint, a resumed run plans the rounds of the uninterrupted run and ends in its state.
+
+Each case trains once without interruption, saving a checkpoint every step, then resumes a fresh trainer from one
+checkpoint. The reward depends only on the prompt and the step, so allocations are comparable even though the
+resumed run's completions differ. The F_t window (3) and the pass-rate window (2) keep several observations, so a
+round observed twice, or one skipped, would show in the final state.
+"""
 
 import json
+import os
 
-from scripts.tiny_coba import TINY_ARGS, Recorder, prompt_dataset, step_reward, tiny_model
+import pytest
+from scripts.tiny_coba import TINY_ARGS, RoundRecorder, prompt_dataset, step_reward, tiny_model
 
 from coba_trl import CoBAConfig, CoBAGRPOTrainer
-from coba_trl.trainer import STATE_FILE
+from coba_trl.checkpoint import STATE_FILE, load_state, save_state
 
 
-def _trainer(output_dir):
+def _trainer(output_dir, dataset, **overrides):
     model, tokenizer = tiny_model()
-    args = CoBAConfig(
-        output_dir=str(output_dir),
-        per_device_train_batch_size=16,
+    config = dict(
+        per_device_train_batch_size=8,
         num_generations=4,
-        max_steps=4,
-        prompt_id_column="uid",
+        max_steps=8,
+        coba_window=3,
+        pass_rate_window=2,
         seed=11,
-        **{**TINY_ARGS, "save_strategy": "steps", "save_steps": 2},
+        **{**TINY_ARGS, "save_strategy": "steps", "save_steps": 1},
     )
-    dataset = prompt_dataset(8, repeats=2)  # 4 prompts per round: later rounds revisit prompts with history
+    args = CoBAConfig(output_dir=str(output_dir), **{**config, **overrides})
     return CoBAGRPOTrainer(model, step_reward, args=args, train_dataset=dataset, processing_class=tokenizer)
 
 
-def test_resume_restores_allocations_and_capability(tmp_path):
-    uninterrupted = _trainer(tmp_path / "full")
-    full_log = Recorder(uninterrupted)
-    uninterrupted.train()
-    checkpoint = tmp_path / "full" / "checkpoint-2"
-    saved = json.loads((checkpoint / STATE_FILE).read_text())
-    assert saved["pass_rate_history"] and saved["allocator"]
-
-    resumed = _trainer(tmp_path / "resumed")
-    resumed_log = Recorder(resumed)
+def _assert_resume_is_exact(tmp_path, checkpoint_step, dataset, **overrides):
+    full = _trainer(tmp_path / "full", dataset, **overrides)
+    full_rounds = RoundRecorder(full)
+    full.train()
+    checkpoint = tmp_path / "full" / f"checkpoint-{checkpoint_step}"
+    resumed = _trainer(tmp_path / "resumed", dataset, **overrides)
+    resumed_rounds = RoundRecorder(resumed)
     resumed.train(resume_from_checkpoint=str(checkpoint))
 
-    assert len(full_log.allocations) == 4
-    assert resumed_log.allocations == full_log.allocations[2:]
-    assert resumed.allocator.state_dict() == uninterrupted.allocator.state_dict()
-    assert resumed.pass_rate_history.state_dict() == uninterrupted.pass_rate_history.state_dict()
+    generate_every = resumed.args.steps_per_generation * resumed.num_iterations
+    micro_steps = checkpoint_step * resumed.args.gradient_accumulation_steps
+    first_round = micro_steps // generate_every  # the round the checkpoint fell in (re-planned when inside it)
+    assert len(full_rounds.rounds) >= first_round + 2
+    assert resumed_rounds.rounds == full_rounds.rounds[first_round:]
+    assert resumed.state.global_step == full.state.global_step
+    assert resumed.allocator.state_dict() == full.allocator.state_dict()
+    assert resumed.pass_rate_history.state_dict() == full.pass_rate_history.state_dict()
+    assert len(full.allocator.state_dict()["failure_rates"]) == 3
+    return full_rounds.rounds
+
+
+@pytest.mark.parametrize("checkpoint_step", [3, 4], ids=["inside-a-round", "round-boundary"])
+def test_resume_inside_a_round_and_at_a_boundary(tmp_path, checkpoint_step):
+    rounds = _assert_resume_is_exact(
+        tmp_path, checkpoint_step, prompt_dataset(8, repeats=2), steps_per_generation=2, prompt_id_column="uid"
+    )
+    assert len({tuple(sizes) for _, sizes in rounds}) > 1  # the allocation is not uniform every round
+
+
+def test_resume_in_a_later_epoch_sees_that_epochs_prompts(tmp_path):
+    # 8 prompts, 4 per round: 2 rounds per epoch; checkpoint-5 lies in epoch 2. No id column: row indices identify
+    # prompts, so the sampler's schedule must hold after the resume.
+    rounds = _assert_resume_is_exact(tmp_path, 5, prompt_dataset(8), per_device_train_batch_size=16)
+    epochs = [sorted(rounds[i][0] + rounds[i + 1][0]) for i in range(0, 8, 2)]
+    assert all(epoch == [str(i) for i in range(8)] for epoch in epochs)  # each epoch sees every prompt once
+    assert rounds[0][0] != rounds[2][0]  # and epochs are shuffled differently
+
+
+def test_resume_with_iterations_and_gradient_accumulation(tmp_path):
+    _assert_resume_is_exact(
+        tmp_path,
+        3,
+        prompt_dataset(8, repeats=2),
+        per_device_train_batch_size=4,
+        gradient_accumulation_steps=2,
+        num_iterations=2,
+        prompt_id_column="uid",
+    )
+
+
+def test_the_state_is_in_the_folder_before_the_hub_upload_starts(tmp_path):
+    trainer = _trainer(tmp_path, prompt_dataset(8), max_steps=2)
+    trainer.args.push_to_hub = True  # set after construction: no Hub repository is created offline
+    seen = []
+    trainer._push_from_checkpoint = lambda folder: seen.append(os.path.exists(os.path.join(folder, STATE_FILE)))
+    trainer.train()
+    assert seen == [True, True]
+    state = load_state(str(tmp_path / "checkpoint-2"))
+    assert state["micro_step"] == 2 and state["round"]["group_sizes"]
+
+
+def test_a_crash_while_writing_leaves_the_previous_state(tmp_path, monkeypatch):
+    save_state(str(tmp_path), {"allocator": {"a": 1}})
+    before = (tmp_path / STATE_FILE).read_text()
+
+    def crash(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(json, "dump", crash)
+    with pytest.raises(KeyboardInterrupt):
+        save_state(str(tmp_path), {"allocator": {"a": 2}})
+    assert (tmp_path / STATE_FILE).read_text() == before
+    assert os.listdir(tmp_path) == [STATE_FILE]  # no temporary file left behind

@@ -26,10 +26,11 @@ def _build(tmp_path, model_and_tokenizer, args=None, train_dataset=None, **kwarg
     )
 
 
-def test_prompts_per_round_must_divide_over_processes():
-    with pytest.raises(ValueError, match="number of processes"):
-        check_round_layout(generation_batch_size=12, num_generations=4, num_processes=2, steps_per_generation=1)
-    assert check_round_layout(16, 4, 2, 2) == 4
+def test_prompts_per_round_need_not_divide_over_processes():
+    # 2 processes x 3 completions x 2 steps per generation, G = 4: 3 distinct prompts per round, as GRPO accepts.
+    assert check_round_layout(generation_batch_size=12, num_generations=4, num_processes=2, steps_per_generation=2) == 3
+    # 8 GPUs, per-device batch 2, G = 16, steps_per_generation 4: 64 completions, 4 prompts per round.
+    assert check_round_layout(64, 16, 8, 4) == 4
 
 
 def test_rows_per_process_must_divide_by_steps_per_generation(tmp_path, model_and_tokenizer):
@@ -122,3 +123,59 @@ def test_a_changed_signature_fails_loudly():
 
     with pytest.raises(ImportError, match="_calculate_rewards"):
         check_signatures(Drifted, RepeatSampler)
+
+
+@pytest.mark.parametrize(
+    ("priors", "row"),
+    [
+        ([0.2, None, float("nan"), 1.0, 0.0, 37.5], 5),  # a percentage deep in the data
+        ([0.2, -0.1, 0.5, 0.5, 0.5, 0.5], 1),
+        (["0.2", "0.4", "0.5", "0.5", "0.5", "0.5"], 0),  # strings, not numbers
+    ],
+)
+def test_an_out_of_range_prior_fails_at_construction(tmp_path, model_and_tokenizer, priors, row):
+    dataset = Dataset.from_dict({"prompt": [f"Question {i}:" for i in range(6)], "prior": priors})
+    args = CoBAConfig(
+        output_dir=str(tmp_path),
+        per_device_train_batch_size=8,
+        num_generations=4,
+        prior_pass_rate_column="prior",
+        **TINY_ARGS,
+    )
+    with pytest.raises(ValueError, match=rf"prior_pass_rate_column 'prior'.* row {row} .*divide it by 100"):
+        _build(tmp_path, model_and_tokenizer, args=args, train_dataset=dataset)
+
+
+def test_a_reward_column_missing_from_the_dataset_fails_at_construction(tmp_path, model_and_tokenizer):
+    from coba_trl.rewards import dapo_accuracy_reward
+
+    model, tokenizer = model_and_tokenizer
+    args = CoBAConfig(output_dir=str(tmp_path), per_device_train_batch_size=8, num_generations=4, **TINY_ARGS)
+
+    def needs_answer(completions, answer, **kwargs):
+        return [0.0] * len(completions)
+
+    for reward, column in ((dapo_accuracy_reward, "solution"), (needs_answer, "answer")):
+        with pytest.raises(ValueError, match=rf"needs the dataset column\(s\) \['{column}'\]"):
+            CoBAGRPOTrainer(model, reward, args=args, train_dataset=prompt_dataset(), processing_class=tokenizer)
+
+
+def test_a_fixed_vllm_sampling_seed_is_refused(tmp_path, model_and_tokenizer):
+    args = CoBAConfig(
+        output_dir=str(tmp_path),
+        per_device_train_batch_size=8,
+        num_generations=4,
+        use_vllm=True,
+        generation_kwargs={"seed": 1234},
+        **TINY_ARGS,
+    )
+    with pytest.raises(ValueError, match="seed=1234.*identical"):
+        _build(tmp_path, model_and_tokenizer, args=args)
+
+
+def test_the_dataset_keeps_exactly_the_users_columns(tmp_path, model_and_tokenizer):
+    dataset = prompt_dataset()
+    trainer = _build(tmp_path, model_and_tokenizer, train_dataset=dataset)
+    assert trainer.train_dataset.column_names == dataset.column_names == ["prompt", "uid"]
+    batch = next(iter(trainer.get_train_dataloader()))
+    assert all(set(row) == {"prompt", "uid"} for row in batch)

@@ -13,9 +13,9 @@ def _plain(prompt_id: Hashable) -> Hashable:
     return prompt_id.item() if isinstance(prompt_id, np.generic) else prompt_id
 
 
-def _from_json(prompt_id):
+def prompt_id_from_json(prompt_id):
     """Undo JSON's tuple -> list conversion for tuple ids."""
-    return tuple(_from_json(part) for part in prompt_id) if isinstance(prompt_id, list) else prompt_id
+    return tuple(prompt_id_from_json(part) for part in prompt_id) if isinstance(prompt_id, list) else prompt_id
 
 
 class PassRateHistory:
@@ -87,6 +87,6 @@ class PassRateHistory:
 
     def load_state_dict(self, state: dict) -> None:
         self._records = {
-            _from_json(prompt_id): deque((tuple(pair) for pair in record), maxlen=self.window)
+            prompt_id_from_json(prompt_id): deque((tuple(pair) for pair in record), maxlen=self.window)
             for prompt_id, record in state["records"]
         }

@@ -193,6 +193,9 @@ def dapo_accuracy_reward(
     return _report("dapo_accuracy_reward", result, log_metric, log_extra)
 
 
+dapo_accuracy_reward.required_columns = ("solution",)  # checked against the train set when a trainer is built
+
+
 def boxed_accuracy_reward(
     completions: list,
     solution: list | None = None,
@@ -207,3 +210,6 @@ def boxed_accuracy_reward(
     """
     result = grade(completions, solution, extract_boxed_answer, time_limit)
     return _report("boxed_accuracy_reward", result, log_metric, log_extra)
+
+
+boxed_accuracy_reward.required_columns = ("solution",)

@@ -83,6 +83,21 @@ class Recorder:
             trainer.allocator.allocate = record_allocation
 
 
+class RoundRecorder:
+    """Records every training round a CoBA trainer plans: (prompt ids, group sizes), in order."""
+
+    def __init__(self, trainer):
+        self.rounds = []
+        plan_round = trainer._plan_round
+
+        def record(local_prompts):
+            plan = plan_round(local_prompts)
+            self.rounds.append(([str(i) for i in plan.prompt_ids], [int(s) for s in plan.group_sizes]))
+            return plan
+
+        trainer._plan_round = record
+
+
 def main(out_dir: str) -> None:
     """Two-process run with uneven groups; every rank dumps what it saw."""
     from coba_trl import CoBAConfig, CoBAGRPOTrainer

@@ -1,0 +1,55 @@
+"""The CoBA state a checkpoint carries (`coba_state.json`), written atomically.
+
+Besides TRL's own files a CoBA checkpoint holds what the next allocations depend on: the allocator (F_t window ->
+alpha_t, beta_t), the pass-rate history p_i, TRL's micro-step counter (not checkpointed by TRL, so a resumed run would
+otherwise put its round boundaries in the wrong place) and the plan of the round in progress. A checkpoint saved
+inside a round lets the resumed run regenerate that round with the same group sizes for the same prompts, without
+observing it a second time (trl-seams.md, "Resume mechanics").
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+
+STATE_FILE = "coba_state.json"
+STATE_VERSION = 2
+
+
+def encode_round(prompt_ids: list, group_sizes, pass_rates) -> dict:
+    """A round plan as plain JSON (NaN pass rates, i.e. unseen prompts, as null)."""
+    return {
+        "prompt_ids": list(prompt_ids),
+        "group_sizes": [int(size) for size in group_sizes],
+        "pass_rates": [None if math.isnan(rate) else float(rate) for rate in pass_rates],
+    }
+
+
+def save_state(directory: str, state: dict) -> None:
+    """Write `state` to `directory/coba_state.json` through a temporary file and an atomic rename.
+
+    A crash mid-write leaves the previous file (or none), never a truncated one that would break a resume.
+    """
+    os.makedirs(directory, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(prefix=f".{STATE_FILE}.", dir=directory)
+    try:
+        with os.fdopen(handle, "w") as f:
+            json.dump({"version": STATE_VERSION, **state}, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(temporary, os.path.join(directory, STATE_FILE))
+    except BaseException:
+        if os.path.exists(temporary):
+            os.remove(temporary)
+        raise
+
+
+def load_state(directory: str) -> dict | None:
+    """The state saved in `directory`, or None when the checkpoint has none (one written before coba-trl)."""
+    path = os.path.join(directory, STATE_FILE)
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        return json.load(f)
