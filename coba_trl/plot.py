@@ -71,9 +71,14 @@ def _bin_order(name: str) -> int:
 
 
 def _step_axis(axis) -> None:
-    """Optimizer steps are whole numbers: integer ticks even for a run of three steps."""
+    """Optimizer steps are whole numbers: integer ticks, also for a run of three steps or a single logged point."""
+    steps = [x for line in axis.get_lines() for x in line.get_xdata()]
+    if steps:
+        low, high = min(steps), max(steps)
+        margin = max(0.5, 0.04 * (high - low))
+        axis.set_xlim(low - margin, high + margin)
     axis.set_xlabel("optimizer step")
-    axis.xaxis.set_major_locator(MaxNLocator(integer=True))
+    axis.xaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))
     axis.grid(alpha=0.3)
 
 
@@ -104,7 +109,7 @@ def plot_budget_by_pass_rate(log_history: list[dict], path: str) -> bool:
 def _overlaid(axis, log_history: list[dict], under: tuple[str, str], over: tuple[str, str], color) -> None:
     """Two series that can coincide (F_t and F_bar_t with window 1): a wide translucent band under a thin line."""
     steps, values = series(log_history, under[0])
-    axis.plot(steps, values, color=color, linewidth=5, alpha=0.3, solid_capstyle="round", label=under[1])
+    axis.plot(steps, values, color=color, linewidth=5, alpha=0.3, marker="o", markersize=9, label=under[1])
     steps, values = series(log_history, over[0])
     axis.plot(steps, values, color=color, linewidth=1.2, marker=".", label=over[1])
 

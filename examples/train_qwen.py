@@ -1,24 +1,31 @@
 # Copyright 2026 The coba-trl contributors. Licensed under the Apache License, Version 2.0.
-"""Train a model with CoBA-RL (GRPO with capability-oriented rollout budgets) through TRL.
+"""Train a model with CoBA-RL (GRPO with capability-oriented rollout budgets) through TRL's GRPOTrainer.
 
-With no arguments this runs the offline CPU demo: a tiny Qwen2 model built locally, warm-started on arithmetic,
-then trained with `CoBAGRPOTrainer` (a few minutes on two cores, no network). Otherwise every field of
-`ScriptArguments`, `CoBAConfig` (all of TRL's `GRPOConfig` plus the CoBA fields), `ModelConfig` and `DemoArguments`
-is a command-line flag, and `--config recipes/<name>.yaml` sets them from a file (flags override the file):
+Without --model_name_or_path this runs the offline CPU demo, and every flag adjusts it: a tiny Qwen2 model built
+locally is warm-started on sums of 3 to 7 single digits, then trained with CoBAGRPOTrainer and the DAPO accuracy
+reward (1 to 2 minutes on 2 CPU cores, no network; output in outputs/cpu_demo). The defaults listed below are the
+demo's (recipes/cpu_demo.yaml). With --model_name_or_path (a Hub id or a local directory) the defaults are TRL's
+GRPOConfig defaults (bf16, output_dir trainer_output, ...), as in any TRL script.
 
-    python examples/train_qwen.py                                        # the CPU demo
-    accelerate launch examples/train_qwen.py --config recipes/cpu_demo.yaml --max_steps 10
-    accelerate launch --config_file recipes/accelerate/zero3_8gpu.yaml examples/train_qwen.py \
-        --config recipes/qwen2.5-7b-instruct_coba.yaml
+Every field of ScriptArguments, CoBAConfig (TRL's GRPOConfig plus the CoBA fields), ModelConfig and DemoArguments
+is a flag; --config FILE.yaml sets any of them from a file, and flags override the file.
+
+examples:
+  python examples/train_qwen.py --budget_allocator knapsack --max_steps 3
+  python examples/train_qwen.py --config recipes/cpu_demo.yaml --max_steps 20 --output_dir outputs/demo_20
+  accelerate launch --config_file recipes/accelerate/zero3_8gpu.yaml examples/train_qwen.py \\
+      --config recipes/qwen2.5-7b-instruct_coba.yaml
 """
 
 from __future__ import annotations
 
+import argparse
 import importlib
 import os
 import sys
 from dataclasses import dataclass, field
 
+import yaml
 from trl import ModelConfig, TrlParser, get_peft_config, get_quantization_config
 
 from coba_trl import CoBAConfig, CoBAGRPOTrainer
@@ -26,6 +33,7 @@ from coba_trl.data import DAPO_HUB_ID, load_dapo_math
 from coba_trl.demo.config import DEMO_TRAINING_ARGS, DemoArguments
 from coba_trl.demo.run import run_demo
 from coba_trl.demo.task import make_problems, to_prompt_dataset
+from coba_trl.model_card import complete_model_card
 from coba_trl.rewards import boxed_accuracy_reward, dapo_accuracy_reward
 
 ARITHMETIC = "arithmetic"
@@ -138,43 +146,67 @@ def train(script_args: ScriptArguments, training_args: CoBAConfig, model_args: M
     trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     trainer.save_model(training_args.output_dir)
     trainer.create_model_card(dataset_name=script_args.dataset_name)
+    complete_model_card(trainer)
     trainer.accelerator.print(f"Model and model card saved to {training_args.output_dir}.")
     if training_args.push_to_hub:
         trainer.push_to_hub(dataset_name=script_args.dataset_name)
         trainer.accelerator.print(f"Pushed to https://huggingface.co/{trainer.hub_model_id}.")
 
 
+class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
+    """The description as written (with its example lines), and every option's default."""
+
+
 def make_parser() -> TrlParser:
-    return TrlParser((ScriptArguments, CoBAConfig, ModelConfig, DemoArguments))
+    return TrlParser(
+        (ScriptArguments, CoBAConfig, ModelConfig, DemoArguments),
+        usage="python examples/train_qwen.py [--config FILE.yaml] [--FIELD VALUE ...]",
+        description=__doc__,
+        formatter_class=HelpFormatter,
+    )
+
+
+def requested_model(argv: list[str]) -> str | None:
+    """`model_name_or_path` from the command line, else from the `--config` file, else None (the CPU demo)."""
+    probe = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    probe.add_argument("--model_name_or_path", "--model-name-or-path")
+    probe.add_argument("--config")
+    known, _ = probe.parse_known_args(argv)
+    if known.model_name_or_path is None and known.config is not None:
+        with open(known.config) as handle:
+            return (yaml.safe_load(handle) or {}).get("model_name_or_path")
+    return known.model_name_or_path
 
 
 def parse(argv: list[str]) -> tuple[ScriptArguments, CoBAConfig, ModelConfig, DemoArguments]:
-    """Parse `argv` (`--config file.yaml` plus flags); an empty `argv` gives the CPU demo's settings."""
+    """Parse `argv` (`--config file.yaml` plus flags). Without a model name the CPU demo's settings are the defaults
+    (a `--config` file, then the flags, override them); with one, TRL's defaults are."""
     parser = make_parser()
-    if not argv:
+    if requested_model(argv) is None:
         parser.set_defaults_with_config(**DEMO_TRAINING_ARGS)
     return parser.parse_args_and_config(args=argv)
 
 
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
-    if not argv:
+    script_args, training_args, model_args, demo_args = parse(argv)
+    if model_args.model_name_or_path is not None:
+        train(script_args, training_args, model_args, demo_args)
+        return
+    if script_args.dataset_name != ARITHMETIC:
+        raise ValueError(
+            f"model_name_or_path is not set: the built-in tiny model only runs the '{ARITHMETIC}' demo task. "
+            f"Pass --model_name_or_path (e.g. Qwen/Qwen2.5-7B-Instruct) to train on {script_args.dataset_name}."
+        )
+    if training_args.process_index == 0:
         print(
-            "coba-trl: no arguments given, running the offline CPU demo (tiny Qwen2 model, arithmetic task, "
-            f"CoBA-RL; the settings of recipes/cpu_demo.yaml). Output: {DEMO_TRAINING_ARGS['output_dir']}.\n"
-            "Pass --config recipes/<name>.yaml (and flags) to train a real model; --help lists every option.",
+            "coba-trl: no model_name_or_path, so this is the offline CPU demo (tiny Qwen2 model, arithmetic task, "
+            f"{training_args.budget_allocator} allocator, {training_args.max_steps} RL steps); output: "
+            f"{training_args.output_dir}.\nFlags adjust it; --model_name_or_path trains a real model; --help lists "
+            "every option.",
             flush=True,
         )
-    script_args, training_args, model_args, demo_args = parse(argv)
-    if model_args.model_name_or_path is None:
-        if script_args.dataset_name != ARITHMETIC:
-            raise ValueError(
-                f"model_name_or_path is not set: the built-in tiny model only runs the '{ARITHMETIC}' demo task. "
-                f"Pass --model_name_or_path (e.g. Qwen/Qwen2.5-7B-Instruct) to train on {script_args.dataset_name}."
-            )
-        run_demo(training_args, demo_args, load_reward_funcs(script_args.reward_funcs))
-    else:
-        train(script_args, training_args, model_args, demo_args)
+    run_demo(training_args, demo_args, load_reward_funcs(script_args.reward_funcs))
 
 
 if __name__ == "__main__":

@@ -62,3 +62,15 @@ def test_generation_rounds_counts_one_round_per_steps_per_generation():
         gradient_accumulation_steps, steps_per_generation, num_iterations = 1, 2, 1
 
     assert [generation_rounds(Args, steps) for steps in (1, 2, 3, 100)] == [1, 1, 2, 50]
+
+
+def test_console_line_is_compact_and_skips_what_was_not_logged():
+    from coba_trl.demo.console import format_log_line
+
+    logs = {"loss": 0.0, "reward": 0.5123, "coba/failure_rate": 0.49, "budget/min": 2.0, "budget/mean": 8.0}
+    logs.update({"budget/max": 32.0, "heldout_accuracy": 0.48, **{f"other/{i}": 1.0 for i in range(50)}})
+    line = format_log_line(logs, 10, 100)
+    assert line == "[rl] step 10/100  reward 0.512  held-out acc 0.480  F_t 0.49  budget min/mean/max 2/8.0/32"
+    assert format_log_line({"loss": 0.0}, 11, 100).startswith("[rl] step 11/100  (no new rollouts")
+    assert format_log_line({"train_runtime": 61.04}, 100, 100) == "[rl] done: 100 steps in 61.0 s"
+    assert format_log_line({"epoch": 1.0}, 3, 100) is None

@@ -72,6 +72,33 @@ def test_no_arguments_means_the_cpu_demo_recipe():
     assert embedded[2].model_name_or_path is None and embedded[0].dataset_name == "arithmetic"
 
 
+def test_flags_without_a_model_adjust_the_cpu_demo():
+    script_args, args, model_args, demo_args = load_script().parse(
+        ["--budget_allocator", "knapsack", "--max_steps", "3"]
+    )
+    assert model_args.model_name_or_path is None and script_args.dataset_name == "arithmetic"
+    assert (args.budget_allocator, args.max_steps) == ("knapsack", 3)
+    assert args.output_dir == "outputs/cpu_demo" and args.use_cpu and not args.bf16
+    assert (args.num_generations, args.max_generations, args.learning_rate) == (8, 32, 3e-4)
+    assert args.ddp_find_unused_parameters is False
+
+
+def test_a_model_name_gives_trl_defaults():
+    _, args, model_args, _ = load_script().parse(["--model_name_or_path", "Qwen/Qwen2.5-0.5B", "--use_cpu", "true"])
+    assert model_args.model_name_or_path == "Qwen/Qwen2.5-0.5B"
+    assert args.output_dir == "trainer_output" and args.learning_rate == 1e-6 and args.max_steps == -1
+
+
+def test_help_opens_with_the_description_the_demo_default_and_examples(capsys):
+    with pytest.raises(SystemExit):
+        load_script().main(["--help"])
+    head = capsys.readouterr().out[:3000]
+    assert head.startswith("usage: python examples/train_qwen.py [--config FILE.yaml]")
+    assert "offline CPU demo" in head and "--config FILE.yaml sets" in head
+    examples = head.split("examples:")[1].split("options:")[0]
+    assert examples.count("examples/train_qwen.py") == 3
+
+
 def test_command_line_overrides_the_recipe():
     _, args, _, demo_args = load_script().parse(
         [
@@ -124,7 +151,13 @@ def test_short_demo_through_accelerate_launch(tmp_path):
         assert (tmp_path / plot).stat().st_size > 0
     history = json.loads((tmp_path / "trainer_state.json").read_text())["log_history"]
     assert any("heldout_accuracy" in record for record in history)
-    assert "CoBA" in (tmp_path / "README.md").read_text()
+    card = (tmp_path / "README.md").read_text()
+    assert f"# Model Card for {tmp_path}" in card and "| `budget_allocator` | `coba` |" in card
+    assert "before RL ->" in card
+    quick_start = card.split("## Quick start\n\n```python\n")[1].split("```")[0]
+    exec(compile(quick_start, "model card quick start", "exec"), {})  # loads the saved model, asks a training prompt
+    assert "[rl] step 4/4  held-out acc" in result.stdout and "'loss'" not in result.stdout
+    assert result.stdout.count("[demo] held-out accuracy") == 1
 
 
 @pytest.mark.slow

@@ -90,6 +90,15 @@ def test_every_axis_is_labelled_and_counts_whole_steps(tmp_path, figures):
             assert all(float(tick).is_integer() for tick in axis.get_xticks())
 
 
+def test_a_single_logged_step_still_gets_integer_ticks(tmp_path, figures):
+    write_state(tmp_path, [{"step": 3, "coba/failure_rate": 0.8, "coba/failure_rate_smoothed": 0.8}])
+    plot_run(str(tmp_path))
+    (axis,) = figures["capability.png"].axes
+    low, high = axis.get_xlim()
+    ticks = [tick for tick in axis.get_xticks() if low <= tick <= high]
+    assert ticks == [3.0]
+
+
 def test_a_run_without_alpha_beta_gets_only_the_failure_rate_panel(tmp_path, figures):
     history = synthetic_history()
     for record in history:

@@ -4,7 +4,9 @@
 2. Warm-start it with a short supervised phase (``warm_start.py``), so it starts RL mediocre.
 3. Train with `CoBAGRPOTrainer` and the DAPO accuracy reward on a revisited set of prompts of graded difficulty,
    measuring held-out accuracy every `demo_eval_steps` steps.
-4. Write ``demo_summary.json``, the trainer state (log history) and the plots of ``coba_trl.plot``.
+4. Write ``demo_summary.json``, the trainer state (log history), the model with its card (``coba_trl.model_card``:
+   the CoBA settings and the accuracy before and after RL) and the plots of ``coba_trl.plot``.
+Only the main process prints; the console shows one line per logging step (``console.py``).
 """
 
 from __future__ import annotations
@@ -19,19 +21,23 @@ from transformers import TrainerCallback
 from coba_trl.config import CoBAConfig
 from coba_trl.demo.accuracy import heldout_accuracy
 from coba_trl.demo.config import DemoArguments
+from coba_trl.demo.console import use_compact_console
 from coba_trl.demo.task import Problem, demo_problem_sets, to_prompt_dataset
 from coba_trl.demo.warm_start import warm_start
+from coba_trl.model_card import complete_model_card
 from coba_trl.plot import plot_run
 from coba_trl.rewards import dapo_accuracy_reward
 from coba_trl.tiny import build_byte_tokenizer, build_tiny_qwen2
 from coba_trl.trainer import CoBAGRPOTrainer
 
 SUMMARY_FILE = "demo_summary.json"
+DATASET_NAME = "coba-trl built-in arithmetic (generated)"
+BASE_MODEL = "a tiny Qwen2 model built in memory (`coba_trl.tiny`) and warm-started on arithmetic"
 WARM_START_PROBLEMS = 20_000  # size of the pool the warm start samples its batches from
 
 
 class HeldoutAccuracyCallback(TrainerCallback):
-    """Adds held-out greedy accuracy to the log history (at step 0 and every `eval_steps` steps) and prints progress."""
+    """Adds held-out greedy accuracy to the log (at step 0, every `eval_steps` steps and at the last step)."""
 
     def __init__(self, model, tokenizer, problems: list[Problem], eval_steps: int, max_new_tokens: int):
         self.model, self.tokenizer, self.problems = model, tokenizer, problems
@@ -47,20 +53,11 @@ class HeldoutAccuracyCallback(TrainerCallback):
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         record = state.log_history[-1] if state.log_history else {}
-        if "loss" not in record:
-            return
         step = state.global_step
-        if self.eval_steps and (step % self.eval_steps == 0 or step >= state.max_steps):
+        if "loss" in record and self.eval_steps and (step % self.eval_steps == 0 or step >= state.max_steps):
             record["heldout_accuracy"] = self._accuracy()
-        parts = [f"[rl] step {step}/{state.max_steps}"]
-        if "reward" in record:
-            parts.append(f"reward {record['reward']:.3f}")
-        if "coba/alpha" in record:
-            parts.append(f"alpha {record['coba/alpha']:.2f} beta {record['coba/beta']:.2f}")
-        if "heldout_accuracy" in record:
-            parts.append(f"held-out accuracy {record['heldout_accuracy']:.3f}")
-        if len(parts) > 1:
-            print("  ".join(parts), flush=True)
+            if logs is not None:  # for the console line, which comes after this callback
+                logs["heldout_accuracy"] = record["heldout_accuracy"]
 
 
 def generation_rounds(args: CoBAConfig, global_steps: int) -> int:
@@ -69,12 +66,28 @@ def generation_rounds(args: CoBAConfig, global_steps: int) -> int:
     return -(-micro_steps // (args.steps_per_generation * args.num_iterations))
 
 
+def _silent(*args, **kwargs) -> None:
+    """`print` on the processes other than the main one."""
+
+
+def card_results(summary: dict, temperature: float) -> dict[str, str]:
+    """The demo's results for the model card."""
+    return {
+        f"Held-out accuracy, greedy ({summary['heldout_problems']} problems)": (
+            f"{summary['accuracy_before']:.3f} before RL -> {summary['accuracy_after']:.3f} after"
+        ),
+        "RL": f"{summary['steps']} steps, {summary['rollouts']} rollouts at temperature {temperature}",
+        "Warm start": f"{summary['warm_start_steps']} supervised steps on sums of 3 to 7 single digits",
+    }
+
+
 def run_demo(training_args: CoBAConfig, demo_args: DemoArguments, reward_funcs: list | None = None) -> dict:
     """Run the demo; returns the summary it also writes to ``<output_dir>/demo_summary.json``.
 
     `reward_funcs` defaults to `[dapo_accuracy_reward]`; the first one defines success for the pass rates.
     """
     start = time.perf_counter()
+    say = print if training_args.process_index == 0 else _silent
     if "OMP_NUM_THREADS" not in os.environ:
         # The model's matrices are tiny: extra threads only add overhead (2x slower on a busy 2-core machine), and
         # one thread makes `python` and `accelerate launch` (which sets OMP_NUM_THREADS=1) give identical runs.
@@ -91,9 +104,7 @@ def run_demo(training_args: CoBAConfig, demo_args: DemoArguments, reward_funcs: 
     train_problems, heldout, sft_problems = demo_problem_sets(
         demo_args.demo_num_train_prompts, demo_args.demo_num_heldout, WARM_START_PROBLEMS, seed=training_args.seed
     )
-    print(
-        f"[warm-start] {demo_args.demo_warm_start_steps} supervised steps on {len(sft_problems)} problems", flush=True
-    )
+    say(f"[warm-start] {demo_args.demo_warm_start_steps} supervised steps on {len(sft_problems)} problems", flush=True)
     warm_start(
         model,
         tokenizer,
@@ -101,10 +112,11 @@ def run_demo(training_args: CoBAConfig, demo_args: DemoArguments, reward_funcs: 
         steps=demo_args.demo_warm_start_steps,
         learning_rate=demo_args.demo_warm_start_learning_rate,
         seed=training_args.seed,
+        log_every=50 if training_args.process_index == 0 else 0,
     )
     max_new_tokens = training_args.max_completion_length
     before = heldout_accuracy(model, tokenizer, heldout, max_new_tokens)
-    print(f"[warm-start] held-out accuracy before RL: {before['accuracy']:.3f}", flush=True)
+    say(f"[warm-start] held-out accuracy before RL: {before['accuracy']:.3f}", flush=True)
     rl_start = time.perf_counter()
 
     trainer = CoBAGRPOTrainer(
@@ -115,13 +127,14 @@ def run_demo(training_args: CoBAConfig, demo_args: DemoArguments, reward_funcs: 
         processing_class=tokenizer,
         callbacks=[HeldoutAccuracyCallback(model, tokenizer, heldout, demo_args.demo_eval_steps, max_new_tokens)],
     )
+    use_compact_console(trainer)
     trainer.train()
     after = heldout_accuracy(model, tokenizer, heldout, max_new_tokens)
     if not trainer.is_world_process_zero():
         return {}
     output_dir = training_args.output_dir
     trainer.save_model(output_dir)
-    trainer.create_model_card(dataset_name="coba-trl built-in arithmetic (generated)")
+    trainer.create_model_card(dataset_name=DATASET_NAME)
     trainer.state.save_to_json(os.path.join(output_dir, "trainer_state.json"))
     summary = {
         "accuracy_before": before["accuracy"],
@@ -139,6 +152,7 @@ def run_demo(training_args: CoBAConfig, demo_args: DemoArguments, reward_funcs: 
     }
     with open(os.path.join(output_dir, SUMMARY_FILE), "w") as handle:
         json.dump(summary, handle, indent=2)
+    complete_model_card(trainer, card_results(summary, training_args.temperature), BASE_MODEL, device_map="cpu")
     plots = plot_run(output_dir)
     print(
         f"[demo] held-out accuracy {summary['accuracy_before']:.3f} -> {summary['accuracy_after']:.3f} after "

@@ -1,0 +1,142 @@
+"""The model card of a CoBA-RL run: TRL's card, completed with what only this trainer knows.
+
+TRL's `create_model_card` writes ``<output_dir>/README.md`` from its template. For a model that is not on the Hub
+(built in memory, or loaded from a local directory, and not pushed) the template fills in ``None``: "Model Card for
+None", a link to ``huggingface.co/None`` and a quick start with ``model="None"`` and a generic question.
+`complete_model_card` rewrites that card in place:
+
+- the title names the model: the Hub id when there is one, else the output directory;
+- the base model and the dataset are linked only when they are Hub ids, and named as given otherwise;
+- the quick start loads that model and asks it a prompt of the training set;
+- a "CoBA-RL settings" section lists the allocator's fields (the `CoBAConfig` fields the run used) and the rollout
+  layout, followed by results when given (the CPU demo passes its held-out accuracy before and after RL).
+
+It is idempotent: the generated part sits between markers and is replaced on a second call.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+
+from huggingface_hub import ModelCard
+from trl import GRPOConfig
+
+import coba_trl
+from coba_trl.config import CoBAConfig
+
+CARD_FILE = "README.md"
+BEGIN, END = "<!-- coba-trl:begin -->", "<!-- coba-trl:end -->"
+# GRPOConfig fields that, with the CoBA fields, say how the rollout budget of a run was spent.
+LAYOUT_FIELDS = (
+    "num_generations",
+    "generation_batch_size",
+    "steps_per_generation",
+    "num_iterations",
+    "learning_rate",
+    "loss_type",
+    "beta",
+    "temperature",
+    "max_completion_length",
+    "seed",
+)
+_HUB_ID = re.compile(r"^[\w.-]+/[\w.-]+$")
+
+
+def is_hub_id(name: str | None) -> bool:
+    """Whether `name` reads as an ``owner/name`` Hub id and is not a local path."""
+    return bool(name) and bool(_HUB_ID.match(name)) and not os.path.exists(name)
+
+
+def coba_settings(args: CoBAConfig) -> dict[str, object]:
+    """The CoBA fields of `args` (the `coba_*` ones only for the CoBA allocator) and the rollout layout."""
+    grpo_fields = {f.name for f in dataclasses.fields(GRPOConfig)}
+    names = [f.name for f in dataclasses.fields(CoBAConfig) if f.name not in grpo_fields]
+    if args.budget_allocator != "coba":
+        names = [name for name in names if not name.startswith("coba_")]
+    return {name: getattr(args, name) for name in (*names, *LAYOUT_FIELDS)}
+
+
+def settings_section(args: CoBAConfig, steps: int, results: dict[str, str] | None = None) -> str:
+    prompts = args.generation_batch_size // args.num_generations
+    rows = "\n".join(f"| `{name}` | `{value}` |" for name, value in coba_settings(args).items())
+    text = (
+        f"## CoBA-RL settings\n\nTrained with `CoBAGRPOTrainer` (coba-trl {coba_trl.__version__}) for {steps} "
+        f"optimizer steps. Each generation round split {args.generation_batch_size} rollouts over {prompts} distinct "
+        f"prompts (mean group size {args.num_generations}, from {args.min_generations} to {args.max_generations} per "
+        f"prompt) with the `{args.budget_allocator}` allocator.\n\n| Setting | Value |\n|---|---|\n{rows}\n"
+    )
+    if results:
+        lines = "\n".join(f"| {name} | {value} |" for name, value in results.items())
+        text += f"\n## Results\n\n| Measure | Value |\n|---|---|\n{lines}\n"
+    return f"{BEGIN}\n{text}{END}\n"
+
+
+def quick_start(model: str, prompt, max_new_tokens: int, device_map: str = "auto") -> str:
+    """A pipeline call that loads `model` and asks it `prompt` (chat messages or a string) from the training set."""
+    name = "messages" if isinstance(prompt, list) else "prompt"
+    return (
+        "## Quick start\n\n```python\nfrom transformers import pipeline\n\n"
+        f'generator = pipeline("text-generation", model={json.dumps(model)}, device_map="{device_map}")\n'
+        f"{name} = {prompt!r}  # a prompt of the training set\n"
+        f"output = generator({name}, max_new_tokens={max_new_tokens}, do_sample=False, return_full_text=False)[0]\n"
+        'print(output["generated_text"])\n```\n\n'
+    )
+
+
+def _base_model_sentence(base_model: str, description: str | None) -> str:
+    if is_hub_id(base_model):
+        return f"This model is a fine-tuned version of [{base_model}](https://huggingface.co/{base_model})"
+    if description:
+        return f"This model was trained from {description}"
+    if base_model:
+        return f"This model is a fine-tuned version of `{base_model}` (a local model)"
+    return "This model was trained from a model built in memory (not from a Hub checkpoint)"
+
+
+def complete_model_card(
+    trainer, results: dict[str, str] | None = None, base_model: str | None = None, device_map: str = "auto"
+) -> str | None:
+    """Rewrite the card TRL wrote in ``trainer.args.output_dir``; returns its path (None off the main process).
+
+    `results` become a table of measures; `base_model` describes a starting model that is not on the Hub.
+    """
+    path = os.path.join(trainer.args.output_dir, CARD_FILE)
+    if not trainer.is_world_process_zero() or not os.path.isfile(path):
+        return None
+    args = trainer.args
+    card = ModelCard.load(path)
+    name = trainer.hub_model_id or args.hub_model_id or args.output_dir
+    source = getattr(trainer.model.config, "_name_or_path", "") or ""
+    text = re.sub(r"^# Model Card for None$", f"# Model Card for {name}", card.text, flags=re.MULTILINE)
+    text = re.sub(
+        r"This model is a fine-tuned version of \[[^\]]*\]\(https://huggingface\.co/[^)]*\)",
+        lambda _: _base_model_sentence(source, base_model),
+        text,
+    )
+    dataset = card.data.datasets
+    dataset = dataset[0] if isinstance(dataset, list) and dataset else dataset
+    if dataset and not is_hub_id(dataset):
+        text = text.replace(f"the [{dataset}](https://huggingface.co/datasets/{dataset}) dataset", f"`{dataset}`")
+        card.data.datasets = None
+    if not card.data.model_name or card.data.model_name == "None":
+        card.data.model_name = name
+    if not is_hub_id(source):
+        card.data.base_model = None
+    prompt = trainer.train_dataset[0]["prompt"]
+    text = re.sub(
+        r"## Quick start\n.*?(?=## Training procedure)",
+        lambda _: quick_start(name, prompt, args.max_completion_length, device_map),
+        text,
+        flags=re.DOTALL,
+    )
+    section = settings_section(args, trainer.state.global_step, results)
+    if BEGIN in text and END in text:
+        text = text[: text.index(BEGIN)] + section + text[text.index(END) + len(END) + 1 :]
+    else:
+        text = text.replace("### Framework versions", section + "\n### Framework versions", 1)
+    card.text = text
+    card.save(path)
+    return path

@@ -1,0 +1,64 @@
+"""The model card of a run names the model, carries the CoBA settings and a quick start that asks a training prompt."""
+
+from __future__ import annotations
+
+from datasets import Dataset
+
+from coba_trl import CoBAConfig, CoBAGRPOTrainer
+from coba_trl.model_card import BEGIN, complete_model_card, is_hub_id
+from coba_trl.tiny import build_byte_tokenizer, build_tiny_qwen2
+
+
+def always_right(completions, **kwargs):
+    return [1.0] * len(completions)
+
+
+def tiny_trainer(output_dir, **overrides) -> CoBAGRPOTrainer:
+    tokenizer = build_byte_tokenizer()
+    args = CoBAConfig(
+        output_dir=str(output_dir),
+        per_device_train_batch_size=4,
+        num_generations=2,
+        max_completion_length=4,
+        use_cpu=True,
+        bf16=False,
+        activation_checkpointing=False,
+        report_to="none",
+        **overrides,
+    )
+    dataset = Dataset.from_dict({"prompt": [[{"role": "user", "content": f"{i}+{i}="}] for i in range(4)]})
+    return CoBAGRPOTrainer(
+        build_tiny_qwen2(tokenizer, hidden_size=16), always_right, args, dataset, processing_class=tokenizer
+    )
+
+
+def test_card_of_a_model_built_in_memory_names_it_and_lists_the_coba_settings(tmp_path):
+    trainer = tiny_trainer(tmp_path, budget_allocator="knapsack", max_generations=6)
+    trainer.create_model_card(dataset_name="my arithmetic set")
+    assert "Model Card for None" in (tmp_path / "README.md").read_text()
+    complete_model_card(trainer, results={"held-out accuracy": "0.2 -> 0.6"})
+    card = (tmp_path / "README.md").read_text()
+    assert f"# Model Card for {tmp_path}" in card and "huggingface.co/None" not in card and 'model="None"' not in card
+    assert "huggingface.co/datasets/my arithmetic" not in card and "`my arithmetic set`" in card
+    assert "| `budget_allocator` | `knapsack` |" in card and "| `max_generations` | `6` |" in card
+    assert "coba_kappa" not in card  # the CoBA value-function fields only for the CoBA allocator
+    assert "| held-out accuracy | 0.2 -> 0.6 |" in card
+    assert f'model="{tmp_path}"' in card and "'content': '0+0='" in card
+    assert "coba-rl" in card  # TRL's tags and citation stay
+
+
+def test_completing_twice_gives_the_same_card_and_a_hub_id_is_linked(tmp_path):
+    trainer = tiny_trainer(tmp_path, hub_model_id="me/tiny-coba")
+    trainer.create_model_card()
+    complete_model_card(trainer)
+    first = (tmp_path / "README.md").read_text()
+    complete_model_card(trainer)
+    assert (tmp_path / "README.md").read_text() == first and first.count(BEGIN) == 1
+    assert "# Model Card for me/tiny-coba" in first and 'model="me/tiny-coba"' in first
+    assert "| `coba_kappa` | `11.0` |" in first
+
+
+def test_is_hub_id(tmp_path):
+    assert is_hub_id("Qwen/Qwen2.5-7B") and not is_hub_id("a b/c") and not is_hub_id("plain")
+    (tmp_path / "x").mkdir()
+    assert not is_hub_id(str(tmp_path / "x"))
