@@ -98,42 +98,61 @@ class RoundRecorder:
         trainer._plan_round = record
 
 
-def main(out_dir: str) -> None:
-    """Two-process run with uneven groups; every rank dumps what it saw."""
-    from coba_trl import CoBAConfig, CoBAGRPOTrainer
+def _odd_layout_args(out_dir: str, **overrides):
+    """2 processes x 3 completions x 2 steps per generation, G = 4: 12 completions for 3 distinct prompts per round,
+    a layout where the prompts of a round do not divide over the processes (stock GRPO trains it)."""
+    from coba_trl import CoBAConfig
 
-    model, tokenizer = tiny_model()
-    args = CoBAConfig(
-        output_dir=out_dir,
-        per_device_train_batch_size=4,
+    config = dict(
+        per_device_train_batch_size=3,
         num_generations=4,
-        gradient_accumulation_steps=2,
-        max_steps=3,
+        steps_per_generation=2,
+        max_steps=6,
         min_generations=1,
-        pass_rate_window=3,
         prompt_id_column="uid",
         seed=3,
         **TINY_ARGS,
     )
-    dataset = prompt_dataset(8, repeats=2)  # 4 prompts per round: later rounds see prompts with history
-    trainer = CoBAGRPOTrainer(model, parity_reward, args=args, train_dataset=dataset, processing_class=tokenizer)
-    sizes = iter([[1, 9, 5, 1], [2, 2, 7, 5], [3, 3, 3, 7]])
-    trainer.allocator.allocate = lambda pass_rates, total_budget: np.array(next(sizes))
-    recorder = Recorder(trainer)
-    trainer.train()
+    return CoBAConfig(output_dir=out_dir, **{**config, **overrides})
+
+
+def main(out_dir: str, mode: str = "scripted", resume_from: str | None = None) -> None:
+    """Two-process run; every rank dumps what it saw to OUT_DIR/rank{R}.json, then tears down cleanly.
+
+    `scripted`: scripted uneven group sizes, parity reward. `coba`: the CoBA allocator with a step-dependent reward,
+    a checkpoint every step (resume with a third argument, the checkpoint folder).
+    """
+    from coba_trl import CoBAGRPOTrainer
+
+    model, tokenizer = tiny_model()
+    dataset = prompt_dataset(6, repeats=2)  # 3 prompts per round: later rounds see prompts with history
+    if mode == "scripted":
+        args = _odd_layout_args(out_dir, pass_rate_window=3)
+        trainer = CoBAGRPOTrainer(model, parity_reward, args=args, train_dataset=dataset, processing_class=tokenizer)
+        sizes = iter([[1, 9, 2], [2, 3, 7], [6, 5, 1]])
+        trainer.allocator.allocate = lambda pass_rates, total_budget: np.array(next(sizes))
+    else:
+        args = _odd_layout_args(
+            out_dir, max_steps=8, coba_window=3, pass_rate_window=2, save_strategy="steps", save_steps=1
+        )
+        trainer = CoBAGRPOTrainer(model, step_reward, args=args, train_dataset=dataset, processing_class=tokenizer)
+    recorder, rounds = Recorder(trainer), RoundRecorder(trainer)
+    trainer.train(resume_from_checkpoint=resume_from)
     rank = trainer.accelerator.process_index
     with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
         json.dump(
             {
                 "rows": [len(a) for a in recorder.advantages],
                 "rewards": [r.tolist() for r in recorder.rewards],
+                "rounds": rounds.rounds,
                 "history": trainer.pass_rate_history.state_dict(),
                 "allocator": trainer.allocator.state_dict(),
                 "global_step": trainer.state.global_step,
             },
             f,
         )
+    trainer.accelerator.end_training()  # destroys the process group: no gloo thread is left running at exit
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(*sys.argv[1:])
