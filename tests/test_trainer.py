@@ -109,6 +109,46 @@ def test_telemetry_and_fixed_metrics_reach_the_logs(tmp_path):
     expected_zero_std = np.mean([len(g) == 1 or np.ptp(g) == 0 for g in groups])
     assert logs["frac_reward_zero_std"] == pytest.approx(expected_zero_std)
     np.testing.assert_allclose(list(trainer._logs["advantages"]), log.advantages[0].numpy(), atol=1e-6)
+    # TRL's `reward` weighs prompts by their rollouts; coba/reward_per_prompt weighs each prompt once, as GRPO does.
+    assert logs["reward"] == pytest.approx(rewards.mean())
+    per_prompt = np.mean([g.mean() for g in groups])
+    assert logs["coba/reward_per_prompt"] == pytest.approx(per_prompt)
+    assert logs["coba/rewards/parity_reward/mean_per_prompt"] == pytest.approx(per_prompt)
+
+
+def test_a_reward_path_that_bypasses_the_capture_fails_loudly(tmp_path):
+    model, tokenizer = tiny_model()
+    args = CoBAConfig(output_dir=str(tmp_path), per_device_train_batch_size=8, num_generations=4, **TINY_ARGS)
+    trainer = CoBAGRPOTrainer(model, parity_reward, args=args, train_dataset=prompt_dataset(), processing_class=tokenizer)
+    # An override that skips CoBA's capture: the round must not silently reuse stale rewards.
+    trainer._calculate_rewards = lambda *args: GRPOTrainer._calculate_rewards(trainer, *args)
+    with pytest.raises(RuntimeError, match="gathered rewards have shape None"):
+        trainer.train()
+
+
+def test_a_generation_seed_still_gives_distinct_completions_per_group(tmp_path):
+    seen = []
+
+    def recording_reward(completions, **kwargs):
+        seen.append(list(completions))
+        return parity_reward(completions)
+
+    model, tokenizer = tiny_model()
+    args = CoBAConfig(
+        output_dir=str(tmp_path),
+        per_device_train_batch_size=16,
+        num_generations=4,
+        max_steps=2,
+        budget_allocator="uniform",
+        generation_kwargs={"seed": 1234},  # transformers generation: sampling draws from the torch RNG per row
+        **TINY_ARGS,
+    )
+    trainer = CoBAGRPOTrainer(
+        model, recording_reward, args=args, train_dataset=prompt_dataset(), processing_class=tokenizer
+    )
+    trainer.train()
+    groups = [batch[i : i + 4] for batch in seen for i in range(0, len(batch), 4)]
+    assert len(groups) == 8 and all(len(set(group)) > 1 for group in groups)
 
 
 def test_model_card_names_coba(tmp_path):
