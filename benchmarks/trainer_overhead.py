@@ -3,10 +3,13 @@
     python benchmarks/trainer_overhead.py [--steps 16] [--trials 4]
 
 1. Step time: the same tiny Qwen2, the same completions per step (32, max 16 tokens), one process, fp32 on CPU.
-   Prints the median step time of CoBAGRPOTrainer (coba allocator) over GRPOTrainer. Target <= 1.05.
-2. Deal balance: a realistic skewed CoBA allocation (256 prompts x 16 = 4096 completions, some groups of 64 to 128) dealt
+   GRPOTrainer and CoBAGRPOTrainer (coba allocator) run in turn with the same seed, `--trials` times; each pair gives
+   a ratio of median step times. Prints the median ratio over pairs and its range. Target <= 1.05.
+2. Deal: a realistic skewed CoBA allocation (256 prompts x 16 = 4096 completions, some groups of 64 to 128) dealt
    over 8 simulated processes. Prints max / mean over processes of the rows and of the expected completion tokens
-   (hard prompts write longer answers: expected length falls with the pass rate). Target <= 1.05 for both.
+   (hard prompts write longer answers: expected length falls with the pass rate), target <= 1.05 for both, and the
+   distinct prompts each process holds (what its vLLM engine prefills) for the default deal and for rows dealt one
+   at a time to the least-loaded process (tolerance 0, the deal before groups were kept together).
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import numpy as np  # noqa: E402
 
 from coba_trl.allocation import build_allocator  # noqa: E402
-from coba_trl.grouping import deal_groups, expected_length_weight, imbalance  # noqa: E402
+from coba_trl.grouping import deal_groups, distinct_groups, expected_length_weight, imbalance  # noqa: E402
 
 
 def _reward(completions, **kwargs):
@@ -68,14 +71,19 @@ def _step_times(use_coba: bool, steps: int, seed: int) -> list[float]:
 
 
 def step_time_ratio(steps: int, trials: int) -> float:
-    grpo, coba = [], []
-    for trial in range(trials):  # interleaved, so load from other processes hits both alike
-        grpo += _step_times(False, steps, seed=trial)
-        coba += _step_times(True, steps, seed=trial)
-    ratio = statistics.median(coba) / statistics.median(grpo)
+    ratios, grpo_ms, coba_ms = [], [], []
+    for trial in range(trials):  # paired and interleaved: load from other processes hits both runs of a pair alike
+        grpo = statistics.median(_step_times(False, steps, seed=trial))
+        coba = statistics.median(_step_times(True, steps, seed=trial))
+        ratios.append(coba / grpo)
+        grpo_ms.append(grpo * 1e3)
+        coba_ms.append(coba * 1e3)
+    ratio = statistics.median(ratios)
     print(
-        f"median step time: GRPOTrainer {statistics.median(grpo) * 1e3:.1f} ms, "
-        f"CoBAGRPOTrainer {statistics.median(coba) * 1e3:.1f} ms, ratio {ratio:.3f} (target <= 1.05)"
+        f"step time over {trials} paired trials (median, range): GRPOTrainer {statistics.median(grpo_ms):.1f} ms "
+        f"({min(grpo_ms):.1f}-{max(grpo_ms):.1f}), CoBAGRPOTrainer {statistics.median(coba_ms):.1f} ms "
+        f"({min(coba_ms):.1f}-{max(coba_ms):.1f}); ratio {ratio:.3f} ({min(ratios):.3f}-{max(ratios):.3f}), "
+        "target <= 1.05"
     )
     return ratio
 
@@ -93,7 +101,9 @@ def skewed_allocation(seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
 def deal_balance(num_ranks: int = 8) -> tuple[float, float]:
     sizes, pass_rates = skewed_allocation()
     true_tokens = 512 + 3584 * (1 - pass_rates) ** 1.5  # expected completion tokens, decreasing in the pass rate
-    dealt = deal_groups(sizes, num_ranks, expected_length_weight(pass_rates))
+    weights = expected_length_weight(pass_rates)
+    dealt = deal_groups(sizes, num_ranks, weights)
+    row_by_row = deal_groups(sizes, num_ranks, weights, tolerance=0.0)
     contiguous = np.array_split(np.repeat(np.arange(len(sizes)), sizes), num_ranks)  # TRL's process slices
     rows, tokens = imbalance(dealt), imbalance(dealt, true_tokens)
     print(
@@ -101,16 +111,24 @@ def deal_balance(num_ranks: int = 8) -> tuple[float, float]:
         f"{int(np.sum(sizes >= 64))} groups of 64 or more, {sizes.sum()} completions over {num_ranks} processes"
     )
     print(
-        f"deal max/mean: rows {rows:.3f}, expected tokens {tokens:.3f} (target <= 1.05); "
-        f"contiguous slices for comparison: tokens {imbalance(contiguous, true_tokens):.3f}"
+        f"deal max/mean: rows {rows:.3f}, expected tokens {tokens:.3f} (target <= 1.05); row by row "
+        f"{imbalance(row_by_row, true_tokens):.3f}; contiguous slices {imbalance(contiguous, true_tokens):.3f}"
+    )
+    print(
+        f"distinct prompts per process (of {len(sizes)}): {_spread(distinct_groups(dealt))} with groups kept "
+        f"together, {_spread(distinct_groups(row_by_row))} row by row"
     )
     return rows, tokens
+
+
+def _spread(values: list[int]) -> str:
+    return f"median {statistics.median(values):g} (range {min(values)}-{max(values)})"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=16)
-    parser.add_argument("--trials", type=int, default=4)
+    parser.add_argument("--trials", type=int, default=5)
     args = parser.parse_args()
     deal_balance()
     step_time_ratio(args.steps, args.trials)

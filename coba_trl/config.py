@@ -167,6 +167,12 @@ class CoBAConfig(GRPOConfig):
             raise ValueError(f"success_threshold ({self.success_threshold}) must be a finite number.")
         self.build_allocator()
 
+    def build_pass_rate_history(self):
+        """The per-prompt pass-rate estimator these fields describe (a `coba_trl.allocation.PassRateHistory`)."""
+        from coba_trl.allocation import PassRateHistory
+
+        return PassRateHistory(window=self.pass_rate_window)
+
     def build_allocator(self):
         """The allocator these fields describe (a `coba_trl.allocation` object); raises `ValueError` on bad values."""
         from coba_trl.allocation import build_allocator

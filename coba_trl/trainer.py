@@ -29,7 +29,6 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl import GRPOTrainer
 
 from coba_trl.advantages import group_advantages, segment_nanmean, zero_std_group_fraction
-from coba_trl.allocation import PassRateHistory
 from coba_trl.allocation.history import prompt_id_from_json
 from coba_trl.checkpoint import STATE_FILE, encode_round, load_state, save_state
 from coba_trl.compat import check_trl_compatibility
@@ -127,7 +126,7 @@ class CoBAGRPOTrainer(GRPOTrainer):
         super().__init__(model, reward_funcs, args, train_dataset, **kwargs)
         self._success_index = check_success_reward(args.success_reward_func, self.reward_func_names)
         self.allocator = args.build_allocator()
-        self.pass_rate_history = PassRateHistory(window=args.pass_rate_window)
+        self.pass_rate_history = args.build_pass_rate_history()
         self._captured_rewards = None
         self._round_sampler: RoundSampler | None = None
         self._prompt_texts = None  # the train set's prompt column, to check rows against the sampler's schedule
