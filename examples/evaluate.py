@@ -1,14 +1,24 @@
 # Copyright 2026 The coba-trl contributors. Licensed under the Apache License, Version 2.0.
-"""avg@k of a model on AIME24, AIME25, AMC23, MATH500, OlympiadBench and Minerva (the paper's evaluation).
+"""avg@k of a model on AIME24, AIME25, AMC23, MATH500, OlympiadBench and Minerva (the paper's evaluation), or the
+per-prompt pass rates of a training set (`--train_dataset`) for `--prior_pass_rate_column`.
 
     python examples/evaluate.py --model_name_or_path outputs/qwen2.5-7b-instruct_coba
-    python examples/evaluate.py --model_name_or_path Qwen/Qwen2.5-7B-Instruct --benchmarks aime24 aime25 \
+    python examples/evaluate.py --model_name_or_path Qwen/Qwen2.5-7B-Instruct --benchmarks aime24 aime25 \\
         --benchmark_paths aime25=opencompass/AIME2025 --k 16 --tensor_parallel_size 2
+    python examples/evaluate.py --model_name_or_path Qwen/Qwen2.5-7B-Instruct \\
+        --train_dataset BytedTsinghua-SIA/DAPO-Math-17k --k 8 --output_dir outputs/pass_rates
 
-Defaults follow algorithm.md section 7: k = 16 samples per problem, temperature 1.0, top-p 0.9, prompts asking
-for a final `\\boxed{}` answer. Uses vLLM when it is installed (or `--backend vllm`), transformers otherwise.
-Writes `eval_results.json` and `eval_results.md` (a row per benchmark and the overall mean) and, per benchmark,
-`samples_<name>.jsonl` with every completion and its score to `--output_dir`.
+Benchmarks: defaults follow algorithm.md section 7: k = 16 samples per problem, temperature 1.0, top-p 0.9, prompts
+asking for a final `\\boxed{}` answer. Writes `eval_results.json` and `eval_results.md` (a row per benchmark and the
+overall mean) and, per benchmark, `samples_<name>.jsonl` with every completion and its score to `--output_dir`.
+
+Training set (`--train_dataset`, any source `load_dapo_math` reads): k samples per prompt at the training sampling
+(temperature 1.0, top-p 1.0, DAPO's `Answer:` instruction), graded with the training reward (`--reward_func`, a
+success when the reward is >= 1.0); writes `<output_dir>/train_pass_rates.parquet`, the training set with a
+`pass_rate` column. Train on it with `--dataset_name <that file> --prior_pass_rate_column pass_rate`, so the
+allocation starts at step 1 instead of spending epoch 1 uniform (`coba_trl.pass_rates`).
+
+Uses vLLM when it is installed (or `--backend vllm`), transformers otherwise.
 """
 
 from __future__ import annotations
@@ -20,8 +30,12 @@ from dataclasses import asdict, dataclass, field
 
 from trl import TrlParser
 
-from coba_trl.data import EVAL_BENCHMARKS, load_eval_benchmark
+from coba_trl.data import EVAL_BENCHMARKS, load_dapo_math, load_eval_benchmark
 from coba_trl.evaluation import evaluate_benchmark, markdown_table, transformers_generate, vllm_generate, write_results
+from coba_trl.pass_rates import describe, score_training_set, write_pass_rates
+from coba_trl.rewards import boxed_accuracy_reward, dapo_accuracy_reward
+
+REWARD_FUNCS = {"dapo_accuracy_reward": dapo_accuracy_reward, "boxed_accuracy_reward": boxed_accuracy_reward}
 
 
 @dataclass
@@ -32,6 +46,15 @@ class EvalArguments:
     Parameters:
         model_name_or_path (`str`):
             Model to evaluate: Hub id or local directory (e.g. a training `output_dir`).
+        train_dataset (`str` or `None`, *optional*, defaults to `None`):
+            Score this training set (a DAPO-Math Hub id or a local parquet / jsonl / json file) instead of the
+            benchmarks: writes `train_pass_rates.parquet` with a `pass_rate` column.
+        dataset_config (`str` or `None`, *optional*, defaults to `None`):
+            Hub config of `train_dataset`, e.g. `all`, `en` or `cn` for `open-r1/DAPO-Math-17k-Processed`.
+        dataset_train_split (`str`, *optional*, defaults to `"train"`):
+            Split of `train_dataset`.
+        reward_func (`str`, *optional*, defaults to `"dapo_accuracy_reward"`):
+            Reward that defines a success for the pass rates (the training reward).
         benchmarks (`list[str]`, *optional*, defaults to all six):
             Benchmarks to run, among `aime24`, `aime25`, `amc23`, `math500`, `olympiadbench`, `minerva`.
         benchmark_paths (`list[str]`, *optional*, defaults to `[]`):
@@ -40,14 +63,15 @@ class EvalArguments:
             Completions sampled per problem.
         temperature (`float`, *optional*, defaults to `1.0`):
             Sampling temperature.
-        top_p (`float`, *optional*, defaults to `0.9`):
-            Nucleus sampling threshold.
+        top_p (`float` or `None`, *optional*, defaults to `None`):
+            Nucleus sampling threshold; None = 0.9 for benchmarks, 1.0 (TRL's training default) for a training set.
         max_new_tokens (`int`, *optional*, defaults to `4096`):
             Longest completion.
-        instruction (`str`, *optional*, defaults to `"boxed"`):
-            Answer format the prompt asks for: `boxed`, `answer` (DAPO's `Answer:` line) or `none`.
+        instruction (`str` or `None`, *optional*, defaults to `None`):
+            Answer format the prompt asks for: `boxed`, `answer` (DAPO's `Answer:` line) or `none`; None = `boxed` for
+            benchmarks, `answer` (the training format) for a training set.
         max_problems (`int` or `None`, *optional*, defaults to `None`):
-            Evaluate only the first N problems of each benchmark (quick checks).
+            Evaluate only the first N problems of each benchmark or of the training set (quick checks).
         backend (`str`, *optional*, defaults to `"auto"`):
             `vllm`, `transformers`, or `auto` (vLLM when installed).
         output_dir (`str`, *optional*, defaults to `"outputs/eval"`):
@@ -55,6 +79,19 @@ class EvalArguments:
     """
 
     model_name_or_path: str = field(metadata={"help": "Hub id or local directory of the model to evaluate."})
+    train_dataset: str | None = field(
+        default=None,
+        metadata={
+            "help": "Score this training set (DAPO-Math Hub id or local file) instead of the benchmarks: writes "
+            "train_pass_rates.parquet with a pass_rate column for --prior_pass_rate_column."
+        },
+    )
+    dataset_config: str | None = field(default=None, metadata={"help": "Hub config of train_dataset."})
+    dataset_train_split: str = field(default="train", metadata={"help": "Split of train_dataset."})
+    reward_func: str = field(
+        default="dapo_accuracy_reward",
+        metadata={"help": "Reward that defines a success for the pass rates.", "choices": list(REWARD_FUNCS)},
+    )
     benchmarks: list[str] = field(
         default_factory=lambda: list(EVAL_BENCHMARKS),
         metadata={"help": f"Benchmarks to run, among {list(EVAL_BENCHMARKS)}."},
@@ -65,13 +102,20 @@ class EvalArguments:
     )
     k: int = field(default=16, metadata={"help": "Completions sampled per problem (avg@k)."})
     temperature: float = field(default=1.0, metadata={"help": "Sampling temperature."})
-    top_p: float = field(default=0.9, metadata={"help": "Nucleus sampling threshold."})
-    max_new_tokens: int = field(default=4096, metadata={"help": "Longest completion."})
-    instruction: str = field(
-        default="boxed",
-        metadata={"help": "Answer format the prompt asks for.", "choices": ["boxed", "answer", "none"]},
+    top_p: float | None = field(
+        default=None, metadata={"help": "Nucleus sampling threshold; None = 0.9 (benchmarks) or 1.0 (training set)."}
     )
-    max_problems: int | None = field(default=None, metadata={"help": "Only the first N problems per benchmark."})
+    max_new_tokens: int = field(default=4096, metadata={"help": "Longest completion."})
+    instruction: str | None = field(
+        default=None,
+        metadata={
+            "help": "Answer format the prompt asks for; None = boxed (benchmarks) or answer (training set).",
+            "choices": ["boxed", "answer", "none"],
+        },
+    )
+    max_problems: int | None = field(
+        default=None, metadata={"help": "Only the first N problems per benchmark or of the training set."}
+    )
     backend: str = field(
         default="auto", metadata={"help": "Generation backend.", "choices": ["auto", "vllm", "transformers"]}
     )
@@ -122,13 +166,21 @@ def build_generate(args: EvalArguments):
     return generate, "transformers"
 
 
-def main(argv: list[str] | None = None) -> list:
-    (args,) = TrlParser((EvalArguments,)).parse_args_and_config(args=sys.argv[1:] if argv is None else argv)
+def fill_mode_defaults(args: EvalArguments) -> EvalArguments:
+    """Benchmarks ask for `\\boxed{}` at top-p 0.9 (the paper); a training set is sampled as training samples it."""
+    training = args.train_dataset is not None
+    if args.instruction is None:
+        args.instruction = "answer" if training else "boxed"
+    if args.top_p is None:
+        args.top_p = 1.0 if training else 0.9
+    return args
+
+
+def score_benchmarks(args: EvalArguments, generate, backend: str) -> list:
     unknown = [name for name in args.benchmarks if name not in EVAL_BENCHMARKS]
     if unknown:
         raise ValueError(f"benchmarks: unknown {unknown}; choose among {list(EVAL_BENCHMARKS)}.")
     paths = parse_paths(args.benchmark_paths)
-    generate, backend = build_generate(args)
     os.makedirs(args.output_dir, exist_ok=True)
     results = []
     for name in args.benchmarks:
@@ -143,6 +195,29 @@ def main(argv: list[str] | None = None) -> list:
     print(markdown_table(results, args.model_name_or_path))
     print(f"Wrote {json_path} and {md_path}.")
     return results
+
+
+def score_train_set(args: EvalArguments, generate):
+    dataset = load_dapo_math(
+        args.train_dataset, config=args.dataset_config, split=args.dataset_train_split, instruction=args.instruction
+    )
+    if args.max_problems is not None:
+        dataset = dataset.select(range(min(args.max_problems, len(dataset))))
+    scored = score_training_set(dataset, generate, args.k, REWARD_FUNCS[args.reward_func])
+    path = write_pass_rates(scored, args.output_dir)
+    print(f"pass rates at k = {args.k}: {describe(scored['pass_rate'])}")
+    print(f"Wrote {path}. Train on it with: --dataset_name {path} --prior_pass_rate_column pass_rate")
+    return scored
+
+
+def main(argv: list[str] | None = None):
+    """Benchmark results (a list of `BenchmarkResult`), or the scored training set with `--train_dataset`."""
+    (args,) = TrlParser((EvalArguments,)).parse_args_and_config(args=sys.argv[1:] if argv is None else argv)
+    args = fill_mode_defaults(args)
+    generate, backend = build_generate(args)
+    if args.train_dataset is not None:
+        return score_train_set(args, generate)
+    return score_benchmarks(args, generate, backend)
 
 
 if __name__ == "__main__":

@@ -145,6 +145,7 @@ def train(script_args: ScriptArguments, training_args: CoBAConfig, model_args: M
     )
     trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     trainer.save_model(training_args.output_dir)
+    trainer.save_state()  # trainer_state.json (the log history) for `python -m coba_trl.plot <output_dir>`
     trainer.create_model_card(dataset_name=script_args.dataset_name)
     complete_model_card(trainer)
     trainer.accelerator.print(f"Model and model card saved to {training_args.output_dir}.")

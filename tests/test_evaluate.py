@@ -77,3 +77,45 @@ def test_evaluate_script_on_fixtures_writes_the_tables(tmp_path):
     markdown = (out / "eval_results.md").read_text()
     assert all(f"| {name} |" in markdown for name in BENCHMARKS) and "overall" in markdown
     assert len((out / "samples_aime24.jsonl").read_text().splitlines()) == table["benchmarks"]["aime24"]["problems"]
+
+
+def test_pass_rates_count_successes_at_the_threshold():
+    from coba_trl.pass_rates import pass_rates
+
+    def reward(completions, solutions):
+        return [None if c == "?" else float(c == s) for c, s in zip(completions, solutions, strict=True)]
+
+    assert pass_rates([["1", "2", "?", "1"], ["3", "3"]], ["1", "3"], reward) == [0.5, 1.0]
+
+
+@pytest.mark.slow
+def test_training_set_pass_rates_feed_the_prior_column_from_step_1(tmp_path):
+    from coba_trl.data import load_dapo_math
+    from tests.test_examples import load_script as load_train_script
+
+    tokenizer = build_byte_tokenizer()
+    build_tiny_qwen2(tokenizer, hidden_size=16).save_pretrained(tmp_path / "model")
+    tokenizer.save_pretrained(tmp_path / "model")
+    source = str(ROOT / "tests" / "fixtures" / "dapo_verl.jsonl")
+    argv = ["--model_name_or_path", str(tmp_path / "model"), "--train_dataset", source, "--k", "3"]
+    argv += ["--max_new_tokens", "4", "--dtype", "float32", "--backend", "transformers"]
+    scored = load_script().main([*argv, "--max_problems", "8", "--output_dir", str(tmp_path / "rates")])
+    path = tmp_path / "rates" / "train_pass_rates.parquet"
+    reloaded = load_dapo_math(str(path))  # the written file loads back as the same training set
+    assert reloaded["prompt"] == scored["prompt"] and reloaded["prompt_id"] == scored["prompt_id"]
+    assert reloaded["pass_rate"] == scored["pass_rate"] and all(r in (0, 1 / 3, 2 / 3, 1) for r in scored["pass_rate"])
+
+    out = tmp_path / "train"
+    load_train_script().main(
+        [
+            "--model_name_or_path", str(tmp_path / "model"), "--dataset_name", str(path),
+            "--prior_pass_rate_column", "pass_rate", "--prompt_id_column", "prompt_id",
+            "--num_generations", "4", "--per_device_train_batch_size", "8", "--max_steps", "1",
+            "--max_completion_length", "4", "--dtype", "float32", "--use_cpu", "true", "--bf16", "false",
+            "--activation_checkpointing", "false", "--save_strategy", "no", "--report_to", "none",
+            "--disable_tqdm", "true", "--output_dir", str(out),
+        ]
+    )  # fmt: skip
+    first_round = json.loads((out / "trainer_state.json").read_text())["log_history"][0]
+    assert "budget/mean_by_pass_rate/unseen" not in first_round  # every prompt has its prior at step 1
+    assert any(key.startswith("budget/mean_by_pass_rate/") for key in first_round)
