@@ -47,17 +47,24 @@ def build_tiny_qwen2(
     intermediate_size: int | None = None,
     max_position_embeddings: int = 512,
     seed: int = 0,
+    num_key_value_heads: int | None = None,
+    vocab_size: int | None = None,
 ) -> Qwen2ForCausalLM:
-    """A randomly initialised Qwen2 causal LM sized for CPU tests; its vocabulary matches ``tokenizer``."""
+    """A randomly initialised Qwen2 causal LM sized for CPU tests; its vocabulary matches ``tokenizer``.
+
+    ``num_key_value_heads`` (default: ``num_attention_heads``) and ``vocab_size`` (default: ``len(tokenizer)``) give
+    a real model's shape, e.g. Qwen2.5-0.5B's 2 key-value heads and 151,936 rows, of which the tokenizer uses the first.
+    Built on the current default device (``with torch.device("cuda"): ...``).
+    """
     import torch
 
     config = Qwen2Config(
-        vocab_size=len(tokenizer),
+        vocab_size=vocab_size or len(tokenizer),
         hidden_size=hidden_size,
         intermediate_size=intermediate_size or 4 * hidden_size,
         num_hidden_layers=num_hidden_layers,
         num_attention_heads=num_attention_heads,
-        num_key_value_heads=num_attention_heads,
+        num_key_value_heads=num_key_value_heads or num_attention_heads,
         max_position_embeddings=max_position_embeddings,
         tie_word_embeddings=True,
         bos_token_id=None,
