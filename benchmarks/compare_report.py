@@ -155,8 +155,10 @@ def _rollout_share_rows(runs: dict, protocol: dict) -> list[str]:
             rates = np.array([np.nan if p is None else p for rnd in run["rounds"][epoch_rounds:] for p in rnd[3]])
             sizes = np.array([size for rnd in run["rounds"][epoch_rounds:] for size in rnd[2]], dtype=float)
             bins = np.digitize(rates, PASS_RATE_EDGES[1:-1])  # NaN (unseen) lands past the last bin
-            shares.append([sizes[bins == b].sum() / sizes.sum() for b in range(len(PASS_RATE_EDGES) - 1)])
-        rows.append(f"| `{arm}` | " + " | ".join(f"{v:.2f}" for v in np.mean(shares, axis=0)) + " |")
+            if sizes.sum() > 0:  # a run shorter than one epoch has no rounds after epoch 1
+                shares.append([sizes[bins == b].sum() / sizes.sum() for b in range(len(PASS_RATE_EDGES) - 1)])
+        cells = [f"{v:.2f}" for v in np.mean(shares, axis=0)] if shares else ["n/a"] * (len(PASS_RATE_EDGES) - 1)
+        rows.append(f"| `{arm}` | " + " | ".join(cells) + " |")
     return rows
 
 
@@ -243,6 +245,7 @@ def plot_budget(runs: dict, protocol: dict, path: str) -> None:
         axis.grid(alpha=0.3)
     if arms:
         axes[0][0].set_ylabel("mean rollouts per prompt")
+    if arms and len(epochs):  # no epoch after the first (a short run): nothing drawn, no legend
         axes[0][0].legend(fontsize=7)
     _save(figure, path)
 
@@ -319,7 +322,10 @@ def write_report(output_dir: str, docs_dir: str = "docs") -> list[str]:
         END,
     ]
     path = os.path.join(docs_dir, "results.md")
-    text = open(path).read() if os.path.exists(path) else ""
+    text = ""
+    if os.path.exists(path):
+        with open(path) as handle:
+            text = handle.read()
     generated = "\n".join(lines)
     if BEGIN in text and END in text:
         text = text[: text.index(BEGIN)] + generated + text[text.index(END) + len(END) :]

@@ -36,6 +36,7 @@ def test_quick_comparison_runs_every_arm_at_its_budget_and_reports(tmp_path):
         assert set(run["train_greedy_correct_after"]) <= {0.0, 1.0}
 
     script.main(["--report_only", "--output_dir", output_dir, "--docs_dir", docs_dir])
-    report = open(os.path.join(docs_dir, "results.md")).read()
+    with open(os.path.join(docs_dir, "results.md")) as handle:
+        report = handle.read()
     assert all(f"`{arm}`" in report for arm in script.ARMS)
     assert os.path.getsize(os.path.join(docs_dir, "compare_accuracy.png")) > 0
