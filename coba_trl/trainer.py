@@ -238,8 +238,9 @@ class CoBAGRPOTrainer(GRPOTrainer):
             if self._prompt_texts[indices[position % len(indices)]] != row["prompt"]:
                 raise RuntimeError(
                     f"At micro-step {self._step} the dataloader's prompts are not the ones the round sampler "
-                    "scheduled, so dataset row indices cannot identify them. Set prompt_id_column to a column of "
-                    "stable prompt ids (and report this with your TrainingArguments)."
+                    "scheduled, so dataset row indices cannot identify them (a resume with ignore_data_skip=True "
+                    "does this). Set prompt_id_column to a column of stable prompt ids, or resume without "
+                    "ignore_data_skip."
                 )
         return indices
 
