@@ -2,14 +2,16 @@
 
 Grades 4,096 realistic completions (groups of 16 per prompt: right and wrong integers, symbolic forms that need
 math-verify, long rambling completions, malformed ones) in batches of 512, as a GRPO step would, with every symbolic
-check in this process (the baseline) and with the worker pool, alternating, `--repeats` passes each; the fastest
-pass of each mode counts. The raw CPU scaling of the same number of processes, measured right after, is the ceiling
-for the speed-up on a shared machine. Prints completions per second for both, the ratio (target:
-pooled >= 1.7x sequential on 2 cores), p50 / p99 / max per-item grading seconds, and time-outs. A second, pooled-only
+check in this process (the baseline) and with the worker pool. Timing is paired A/B: each of `--repeats` repeats
+runs one sequential and one pooled pass right after each other, alternating which goes first, and the speed-up is
+taken within each repeat; every figure is the median over repeats with the range [min-max], so one noisy pass cannot
+flip the ratio. The raw CPU scaling of the same number of processes, measured right after, is the ceiling for the
+speed-up on a shared machine. Prints completions per second for both, the speed-up (target: pooled >= 1.7x
+sequential on 2 cores), p50 / p99 / max per-item grading seconds (of the median pass), and time-outs. A second, pooled-only
 pass adds sympy bombs and checks that no item runs over its limit plus 1 s (a bomb could hang the in-process
 baseline, so it gets none). The machine's load average is printed: other processes sharing the CPUs lower the ratio.
 
-    python benchmarks/reward_throughput.py [--n 4096] [--batch 512] [--time-limit 5]
+    python benchmarks/reward_throughput.py [--n 4096] [--batch 512] [--time-limit 5] [--repeats 5]
 """
 
 import argparse
@@ -18,6 +20,8 @@ import os
 import random
 import statistics
 import time
+
+from machine import machine_line
 
 from coba_trl.rewards import get_pool, grade
 from coba_trl.rewards.extraction import extract_dapo_answer
@@ -126,10 +130,20 @@ def workers_cpu_seconds() -> float:
     return total
 
 
+def median_pass(passes: list[tuple]) -> tuple:
+    """The pass with the median wall time (the lower middle one for an even count)."""
+    ordered = sorted(passes, key=lambda p: p[3])
+    return ordered[(len(ordered) - 1) // 2]
+
+
 def describe(name, n, seconds, elapsed, timeouts):
+    """Throughput (median [min-max] over the passes in `elapsed`, a list) and per-item quantiles of `seconds`."""
+    rates = [n / e for e in elapsed]
+    middle = statistics.median(rates)
     q = statistics.quantiles(seconds, n=100)
     print(
-        f"{name:>10}: {n / elapsed:8.1f} completions/s  ({elapsed:.2f} s)  per item p50 {q[49] * 1e3:.2f} ms  "
+        f"{name:>10}: {middle:8.1f} completions/s [{min(rates):.1f}-{max(rates):.1f}]  "
+        f"({statistics.median(elapsed):.2f} s)  per item p50 {q[49] * 1e3:.2f} ms  "
         f"p99 {q[98] * 1e3:.1f} ms  max {max(seconds) * 1e3:.1f} ms  time-outs {timeouts}"
     )
 
@@ -139,11 +153,11 @@ def main():
     parser.add_argument("--n", type=int, default=4096)
     parser.add_argument("--batch", type=int, default=512)
     parser.add_argument("--time-limit", type=float, default=5.0)
-    parser.add_argument("--repeats", type=int, default=3, help="passes per mode, alternating; the fastest counts")
+    parser.add_argument("--repeats", type=int, default=5, help="paired passes (one per mode, alternating order)")
     args = parser.parse_args()
 
     completions, golds, kinds = make_completions(args.n)
-    print(f"CPUs {len(os.sched_getaffinity(0))}, pool workers {get_pool().max_workers}, load {os.getloadavg()}")
+    print(f"{machine_line()}; pool workers {get_pool().max_workers}")
     print("mix:", {k: kinds.count(k) for k in sorted(set(kinds))})
     start = time.perf_counter()
     grade(completions[:64], golds[:64], extract_dapo_answer, args.time_limit)
@@ -151,18 +165,23 @@ def main():
 
     passes = {True: [], False: []}
     cpu = {True: [], False: []}
-    for _ in range(args.repeats):
-        for in_process in (True, False):
+    for repeat in range(args.repeats):
+        for in_process in (True, False) if repeat % 2 == 0 else (False, True):
             parent, workers = time.process_time(), workers_cpu_seconds()
             passes[in_process].append(run(completions, golds, args.batch, args.time_limit, in_process))
             cpu[in_process].append((time.process_time() - parent, workers_cpu_seconds() - workers))
-    seq, pooled = (min(passes[mode], key=lambda r: r[3]) for mode in (True, False))
+    seq, pooled = (median_pass(passes[mode]) for mode in (True, False))
     seq_cpu = statistics.median(p for p, _ in cpu[True])
     parent_cpu, worker_cpu = (statistics.median(c[i] for c in cpu[False]) for i in (0, 1))
-    describe("sequential", args.n, seq[1], seq[3], seq[2])
-    describe("pooled", args.n, pooled[1], pooled[3], pooled[2])
-    assert seq[0] == pooled[0], "sequential and pooled grading disagree"
-    print(f"speed-up pooled / sequential: {seq[3] / pooled[3]:.2f}x (target >= 1.7x on 2 cores)")
+    print(f"medians over {args.repeats} paired passes, [min-max] across passes")
+    describe("sequential", args.n, seq[1], [p[3] for p in passes[True]], seq[2])
+    describe("pooled", args.n, pooled[1], [p[3] for p in passes[False]], pooled[2])
+    assert all(p[0] == seq[0] for p in passes[True] + passes[False]), "sequential and pooled grading disagree"
+    ratios = [s[3] / p[3] for s, p in zip(passes[True], passes[False], strict=True)]
+    print(
+        f"speed-up pooled / sequential, paired: {statistics.median(ratios):.2f}x [{min(ratios):.2f}-{max(ratios):.2f}]"
+        " (target >= 1.7x on 2 cores)"
+    )
     ideal = max(parent_cpu, worker_cpu / get_pool().max_workers)
     print(
         f"CPU seconds per pass (median): sequential {seq_cpu:.2f}; pooled: trainer process {parent_cpu:.2f} + "
@@ -179,7 +198,7 @@ def main():
     adv_golds = golds[:252] + ["5"] * len(BOMBS)
     limit = 2.0
     rewards, seconds, timeouts, elapsed = run(adversarial, adv_golds, len(adversarial), limit, in_process=False)
-    describe("bombs", len(adversarial), seconds, elapsed, timeouts)
+    describe("bombs", len(adversarial), seconds, [elapsed], timeouts)
     over = [s for s in seconds if s > limit + 1.0]
     print(f"items over limit + 1 s ({limit + 1:.0f} s): {len(over)}; workers replaced: {get_pool().workers_replaced}")
 
