@@ -78,12 +78,19 @@ def group_advantages(
     return torch.nan_to_num(advantages, nan=0.0)
 
 
-def zero_std_group_fraction(
+def zero_spread_groups(
     rewards_per_func: torch.Tensor, group_ids: torch.Tensor, num_groups: int, reward_weights: torch.Tensor
-) -> float:
-    """Fraction of *groups* whose weighted reward has zero spread (a group of one counts as zero spread)."""
+) -> torch.Tensor:
+    """Per group: True when its weighted reward has zero spread (a group of one counts as zero spread)."""
     rewards = (rewards_per_func * reward_weights.to(rewards_per_func.device).unsqueeze(0)).nansum(dim=1)
     rewards[torch.isnan(rewards_per_func).all(dim=1)] = torch.nan
     sizes = torch.bincount(group_ids, minlength=num_groups)
     std = torch.where(sizes > 1, segment_nanstd(rewards, group_ids, num_groups), 0.0)
-    return torch.isclose(std, torch.zeros_like(std)).float().mean().item()
+    return torch.isclose(std, torch.zeros_like(std))
+
+
+def zero_std_group_fraction(
+    rewards_per_func: torch.Tensor, group_ids: torch.Tensor, num_groups: int, reward_weights: torch.Tensor
+) -> float:
+    """Fraction of *groups* whose weighted reward has zero spread (a group of one counts as zero spread)."""
+    return zero_spread_groups(rewards_per_func, group_ids, num_groups, reward_weights).float().mean().item()

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from trl import GRPOConfig
 
 ALLOCATORS = ("coba", "knapsack", "uniform")
+ZERO_VARIANCE_MODES = ("keep", "drop", "rescue")
 
 
 @dataclass
@@ -32,6 +33,16 @@ class CoBAConfig(GRPOConfig):
             Fewest completions a prompt can get (B_low). At most `num_generations`.
         max_generations (`int`, *optional*, defaults to `128`):
             Most completions a prompt can get (B_up). At least `num_generations`.
+
+        two_phase_rounds (`bool`, *optional*, defaults to `False`):
+            Generate each round in two phases: first `min_generations` completions for every prompt, whose results
+            update the pass-rate estimates, then the rest of the round's budget, allocated from those fresh estimates.
+            Costs a second generation pass per round. Not in the released code.
+        zero_variance_groups (`str`, *optional*, defaults to `"keep"`):
+            What happens to groups whose completions are all rewarded alike (no gradient): `"keep"` (released code),
+            `"drop"` (left out of the loss and its token normalisation, as DAPO's filter does) or, with
+            `two_phase_rounds`, `"rescue"` (phase 2 first gives each group that was all-equal in phase 1 another
+            `min_generations` completions, taken from the largest other groups).
 
         > Parameters that control the capability estimate of CoBA-RL
 
@@ -85,6 +96,21 @@ class CoBAConfig(GRPOConfig):
     max_generations: int = field(
         default=128,
         metadata={"help": "Most completions a prompt can get (B_up). At least num_generations."},
+    )
+    two_phase_rounds: bool = field(
+        default=False,
+        metadata={
+            "help": "Screen every prompt with min_generations completions first, then allocate the rest of the round's "
+            "budget from the fresh results (a second generation pass per round)."
+        },
+    )
+    zero_variance_groups: str = field(
+        default="keep",
+        metadata={
+            "help": "Groups whose completions are all rewarded alike: 'keep', 'drop' (out of the loss and its "
+            "normalisation) or 'rescue' (with two_phase_rounds: more completions in phase 2).",
+            "choices": list(ZERO_VARIANCE_MODES),
+        },
     )
     coba_kappa: float = field(
         default=11.0,
@@ -160,6 +186,15 @@ class CoBAConfig(GRPOConfig):
             raise ValueError(
                 f"min_generations ({self.min_generations}) must not exceed num_generations ({self.num_generations}), "
                 "the mean group size, or every prompt cannot get its minimum; lower min_generations."
+            )
+        if self.zero_variance_groups not in ZERO_VARIANCE_MODES:
+            raise ValueError(
+                f"zero_variance_groups ({self.zero_variance_groups!r}) must be one of {list(ZERO_VARIANCE_MODES)}."
+            )
+        if self.zero_variance_groups == "rescue" and not self.two_phase_rounds:
+            raise ValueError(
+                "zero_variance_groups='rescue' gives extra completions in the second phase of a round: set "
+                "two_phase_rounds=True, or use 'keep' or 'drop'."
             )
         if self.pass_rate_window < 1:
             raise ValueError(f"pass_rate_window ({self.pass_rate_window}) must be at least 1.")

@@ -15,6 +15,7 @@ so a run resumed from any checkpoint makes the allocations of the run it continu
 
 from __future__ import annotations
 
+import copy
 import math
 import os
 import textwrap
@@ -27,13 +28,15 @@ from accelerate.logging import get_logger
 from accelerate.utils import broadcast_object_list, gather_object
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl import GRPOTrainer
+from trl.trainer.utils import nanstd
 
-from coba_trl.advantages import group_advantages, segment_nanmean, zero_std_group_fraction
+from coba_trl.advantages import group_advantages, segment_nanmean, zero_spread_groups
 from coba_trl.allocation.history import prompt_id_from_json
 from coba_trl.checkpoint import STATE_FILE, encode_round, load_state, save_state
 from coba_trl.compat import check_trl_compatibility
 from coba_trl.config import CoBAConfig
 from coba_trl.grouping import deal_groups, expected_length_weight
+from coba_trl.phases import all_equal_groups, drop_rows, merge_phase_outputs, rescue_counts
 from coba_trl.sampling import RoundSampler
 from coba_trl.telemetry import budget_metrics
 from coba_trl.validation import (
@@ -43,25 +46,34 @@ from coba_trl.validation import (
     check_reward_columns,
     check_round_layout,
     check_success_reward,
+    check_two_phase_layout,
 )
 
 check_trl_compatibility()
 
 logger = get_logger(__name__)
 
-__all__ = ["STATE_FILE", "CoBAGRPOTrainer", "RoundPlan"]
+__all__ = ["STATE_FILE", "CoBAGRPOTrainer", "Phase", "RoundPlan"]
 
 
 @dataclass
 class RoundPlan:
-    """One generation round: the distinct prompts, their group sizes, and the rows of every process."""
+    """One generation round: its distinct prompts and their (final) group sizes."""
 
     prompt_ids: list
     group_sizes: np.ndarray
     pass_rates: np.ndarray  # the estimates the allocation used (NaN = unseen)
-    global_group_ids: np.ndarray  # group id of each row, in the order TRL gathers rows (process 0's rows first)
-    local_rows: list[dict]
     observe: bool  # False when a resumed run regenerates a round its checkpoint had already observed
+
+
+@dataclass
+class Phase:
+    """One generation pass of a round (two with `two_phase_rounds`)."""
+
+    output: dict  # TRL's batch for this process's rows
+    rewards: torch.Tensor  # gathered from all processes, (rows, reward functions)
+    group_ids: np.ndarray  # group of each gathered row, in the order TRL gathers rows (process 0's rows first)
+    local_rows: int  # rows each process holds
 
 
 class CoBAGRPOTrainer(GRPOTrainer):
@@ -122,6 +134,8 @@ class CoBAGRPOTrainer(GRPOTrainer):
         self._prompts_per_round = check_round_layout(
             args.generation_batch_size, args.num_generations, args.world_size, args.steps_per_generation
         )
+        if args.two_phase_rounds:
+            check_two_phase_layout(self._prompts_per_round, args.min_generations, args.world_size)
         self._coba_columns = [c for c in (args.prompt_id_column, args.prior_pass_rate_column) if c is not None]
         super().__init__(model, reward_funcs, args, train_dataset, **kwargs)
         self._success_index = check_success_reward(args.success_reward_func, self.reward_func_names)
@@ -169,16 +183,58 @@ class CoBAGRPOTrainer(GRPOTrainer):
     def _generate_and_score_completions(self, inputs):
         if not self.model.training:  # evaluation stays on TRL's fixed-group path
             return super()._generate_and_score_completions(inputs)
-        plan = self._plan_round(inputs)
-        self._captured_rewards = None  # set again by this round's `_calculate_rewards`, never carried over
+        prompts = gather_object(inputs)[: self._prompts_per_round]  # gathered in sampler order: drop the padding
+        prompt_ids = self._round_prompt_ids(inputs, prompts)
+        replay = self._take_replay_round(prompt_ids)
+        if not self.args.two_phase_rounds:
+            plan = self._plan_round(prompts, prompt_ids, replay)
+            return self._finish_round(plan, [self._generate_phase(prompts, plan.group_sizes, plan.pass_rates)])
+        # Two phases: screen every prompt with min_generations completions, then allocate the whole round from the
+        # fresh results (the screening rows count towards each group) and generate the rest.
+        floor = self.args.min_generations
+        screening = self._generate_phase(prompts, np.full(len(prompts), floor), None)
+        screened = self._group_successes(screening.rewards, screening.group_ids, len(prompts))
+        plan = self._plan_round(prompts, prompt_ids, replay, screened)
+        phases = [screening]
+        if plan.group_sizes.sum() > floor * len(prompts):
+            phases.append(self._generate_phase(prompts, plan.group_sizes - floor, plan.pass_rates))
+        return self._finish_round(plan, phases, screened)
+
+    def _plan_round(self, prompts: list[dict], prompt_ids: list, replay=None, screened=None) -> RoundPlan:
+        """The round's group sizes: a resumed round's saved plan, else the allocator's on process 0, broadcast."""
+        if replay is not None:
+            group_sizes, pass_rates = replay
+            metrics = budget_metrics(group_sizes, pass_rates)
+        else:
+            payload = [self._allocate(prompts, prompt_ids, screened) if self.accelerator.is_main_process else None]
+            broadcast_object_list(payload, from_process=0)
+            group_sizes, pass_rates, metrics = payload[0]
+        total = self.args.generation_batch_size
+        floor = self.args.min_generations if self.args.two_phase_rounds else 1
+        if group_sizes.shape != (len(prompts),) or group_sizes.sum() != total or group_sizes.min() < floor:
+            raise ValueError(  # checked on every process, after the broadcast, so all of them stop
+                f"The allocator {type(self.allocator).__name__} returned group sizes {group_sizes.tolist()}; expected "
+                f"{len(prompts)} sizes >= {floor} summing to generation_batch_size ({total})."
+            )
+        for key, value in metrics.items():
+            self._metrics["train"][key].append(value)
+        self._current_round = encode_round(prompt_ids, group_sizes, pass_rates)
+        return RoundPlan(prompt_ids, group_sizes, pass_rates, observe=replay is None)
+
+    def _generate_phase(self, prompts: list[dict], group_sizes: np.ndarray, pass_rates: np.ndarray | None) -> Phase:
+        """Deal the rows of `group_sizes` over the processes and run TRL's generation and scoring on this one's."""
+        weights = None if pass_rates is None else expected_length_weight(pass_rates)
+        dealt = deal_groups(group_sizes, self.accelerator.num_processes, weights)
+        local_rows = [dict(prompts[group]) for group in dealt[self.accelerator.process_index]]
+        self._captured_rewards = None  # set again by this call's `_calculate_rewards`, never carried over
         mean_group_size = self.num_generations
         self.num_generations = 1  # one completion per expanded row, in every generation backend
         try:
-            output = super()._generate_and_score_completions(plan.local_rows)
+            output = super()._generate_and_score_completions(local_rows)
         finally:
             self.num_generations = mean_group_size
-        rewards = self._captured_rewards
-        expected = (len(plan.global_group_ids), len(self.reward_funcs))
+        rewards, group_ids = self._captured_rewards, np.concatenate(dealt)
+        expected = (len(group_ids), len(self.reward_funcs))
         if rewards is None or tuple(rewards.shape) != expected:
             found = None if rewards is None else tuple(rewards.shape)
             raise RuntimeError(
@@ -186,43 +242,40 @@ class CoBAGRPOTrainer(GRPOTrainer):
                 f"{expected[1]} reward function(s). TRL's reward path no longer matches what CoBAGRPOTrainer "
                 "expects; install a tested TRL version (see coba_trl.compat)."
             )
-        group_ids = torch.as_tensor(plan.global_group_ids, device=rewards.device)
+        return Phase(output, rewards, group_ids, len(local_rows))
+
+    def _finish_round(self, plan: RoundPlan, phases: list[Phase], screened: np.ndarray | None = None) -> dict:
+        """Advantages over each whole group (all phases), zero-variance handling, metrics and the observation."""
+        rewards = torch.cat([phase.rewards for phase in phases])
+        group_ids = torch.as_tensor(np.concatenate([phase.group_ids for phase in phases]), device=rewards.device)
         num_groups = len(plan.group_sizes)
         advantages = group_advantages(
             rewards, group_ids, num_groups, self.reward_weights, self.scale_rewards, self.multi_objective_aggregation
         )
-        rows = len(plan.local_rows)
-        start = self.accelerator.process_index * rows
-        output["advantages"] = advantages[start : start + rows]
-        self._log_round(rewards, advantages, group_ids, num_groups)
-        if plan.observe:
-            self._observe_round(rewards, plan)
-        return output
-
-    def _plan_round(self, local_prompts: list[dict]) -> RoundPlan:
-        """Gather the round's prompts, allocate on process 0, broadcast, expand into groups and deal the rows."""
-        prompts = gather_object(local_prompts)[: self._prompts_per_round]  # gathered in sampler order: drop padding
-        prompt_ids = self._round_prompt_ids(local_prompts, prompts)
-        replay = self._take_replay_round(prompt_ids)
-        if replay is not None:
-            group_sizes, pass_rates = replay
-            metrics = budget_metrics(group_sizes, pass_rates)
+        rank, offset, local = self.accelerator.process_index, 0, []
+        for phase in phases:  # this process's rows: its slice of each phase's gathered rows
+            start = offset + rank * phase.local_rows
+            local.append(torch.arange(start, start + phase.local_rows, device=rewards.device))
+            offset += len(phase.group_ids)
+        local = torch.cat(local)
+        if len(phases) == 1:
+            output = phases[0].output
         else:
-            payload = [self._allocate(prompts, prompt_ids) if self.accelerator.is_main_process else None]
-            broadcast_object_list(payload, from_process=0)
-            group_sizes, pass_rates, metrics = payload[0]
-        total = self.args.generation_batch_size
-        if group_sizes.shape != (len(prompts),) or group_sizes.sum() != total or group_sizes.min() < 1:
-            raise ValueError(  # checked on every process, after the broadcast, so all of them stop
-                f"The allocator {type(self.allocator).__name__} returned group sizes {group_sizes.tolist()}; expected "
-                f"{len(prompts)} sizes >= 1 summing to generation_batch_size ({total})."
-            )
-        dealt = deal_groups(group_sizes, self.accelerator.num_processes, expected_length_weight(pass_rates))
-        local_rows = [dict(prompts[group]) for group in dealt[self.accelerator.process_index]]
-        for key, value in metrics.items():
-            self._metrics["train"][key].append(value)
-        self._current_round = encode_round(prompt_ids, group_sizes, pass_rates)
-        return RoundPlan(prompt_ids, group_sizes, pass_rates, np.concatenate(dealt), local_rows, replay is None)
+            output = merge_phase_outputs([phase.output for phase in phases], self._tokenizer.pad_token_id)
+        output["advantages"] = advantages[local]
+        zero_spread = zero_spread_groups(rewards, group_ids, num_groups, self.reward_weights)
+        metrics = self._metrics["train"]
+        if self.args.zero_variance_groups == "drop":
+            dropped = drop_rows(output, zero_spread[group_ids[local]], lambda n: self.accelerator.gather(n).sum())
+            metrics["coba/dropped_groups"].append(zero_spread.sum().item())
+            metrics["coba/dropped_tokens"].append(float(dropped))
+        if self.args.zero_variance_groups == "rescue":
+            was_equal = torch.as_tensor(all_equal_groups(screened, self.args.min_generations), device=rewards.device)
+            metrics["coba/rescued_with_spread"].append((was_equal & ~zero_spread).sum().item())
+        self._log_round(rewards, advantages, group_ids, num_groups, zero_spread, len(phases))
+        if plan.observe:
+            self._observe_round(rewards, group_ids.cpu().numpy(), plan)
+        return output
 
     def _round_prompt_ids(self, local_prompts: list[dict], prompts: list[dict]) -> list:
         """The round's prompt ids: the id column, else the dataset indices the sampler scheduled for this step."""
@@ -259,37 +312,58 @@ class CoBAGRPOTrainer(GRPOTrainer):
         pass_rates = np.array([np.nan if rate is None else rate for rate in replay["pass_rates"]], dtype=np.float64)
         return np.asarray(replay["group_sizes"], dtype=np.int64), pass_rates
 
-    def _allocate(self, prompts: list[dict], prompt_ids: list) -> tuple[np.ndarray, np.ndarray, dict[str, float]]:
-        """Group sizes for the round's prompts from their pass rates (history, else prior, else unseen)."""
+    def _allocate(self, prompts: list[dict], prompt_ids: list, screened: np.ndarray | None = None):
+        """Group sizes for the round's prompts from their pass rates (history, else prior, else unseen).
+
+        With two phases, `screened` holds each prompt's successes among its `min_generations` screening completions:
+        they count as the prompt's latest appearance, so the estimate the allocator sees is fresh.
+        """
         start = time.perf_counter()
         prior = None
         if self.args.prior_pass_rate_column is not None:
             column = self.args.prior_pass_rate_column
             prior = np.array([np.nan if row[column] is None else float(row[column]) for row in prompts])
-        pass_rates = self.pass_rate_history.pass_rates(prompt_ids, prior=prior)
+        history = self.pass_rate_history
+        if screened is not None:
+            history = copy.deepcopy(history)
+            history.update(prompt_ids, screened, np.full(len(prompt_ids), self.args.min_generations))
+        pass_rates = history.pass_rates(prompt_ids, prior=prior)
         group_sizes = np.asarray(self.allocator.allocate(pass_rates, self.args.generation_batch_size), dtype=np.int64)
+        extra = {}
+        if self.args.zero_variance_groups == "rescue":
+            floor = self.args.min_generations
+            rescued = all_equal_groups(screened, floor)
+            group_sizes = rescue_counts(group_sizes, rescued, floor, self.args.max_generations, extra=floor)
+            extra["coba/rescued_groups"] = float(rescued.sum())
         elapsed = time.perf_counter() - start
         metrics = {
             f"coba/{key}": float(value)
             for key, value in self.allocator.metrics().items()
             if value is not None and math.isfinite(value) and key not in ("budget_min", "budget_max")
         }  # budget min / max are logged with the mean below
-        metrics.update(budget_metrics(group_sizes, pass_rates))
+        metrics.update(budget_metrics(group_sizes, pass_rates), **extra)
         metrics["coba/allocation_time"] = elapsed
         metrics["coba/prompts_with_history"] = float(len(self.pass_rate_history))
         return group_sizes, pass_rates, metrics
 
-    def _log_round(self, rewards, advantages, group_ids, num_groups):
-        """Fix the stock metrics that saw groups of one, and add prompt-weighted reward means.
+    def _log_round(self, rewards, advantages, group_ids, num_groups, zero_spread, num_phases):
+        """Fix the stock metrics that saw groups of one (or two phases), and add prompt-weighted reward means.
 
         TRL's `reward` and `rewards/<name>/mean` average over completion rows, so under CoBA a prompt weighs as much as
         its group is large. `coba/reward_per_prompt` and `coba/rewards/<name>/mean_per_prompt` average each group's
         mean over prompts instead: the quantity GRPO's `reward` measures (all its groups are equal), for comparing curves.
         """
         metrics = self._metrics["train"]
-        metrics["frac_reward_zero_std"][-1] = zero_std_group_fraction(
-            rewards, group_ids, num_groups, self.reward_weights
-        )
+        round_values = {"frac_reward_zero_std": zero_spread.float().mean().item()}
+        if num_phases > 1:  # TRL logged each phase on its own: log the round as a whole instead
+            weighted = (rewards * self.reward_weights.to(rewards.device).unsqueeze(0)).nansum(dim=1)
+            round_values.update(reward=torch.nanmean(weighted).item(), reward_std=nanstd(weighted).item())
+            for column, name in enumerate(self.reward_func_names):
+                round_values[f"rewards/{name}/mean"] = torch.nanmean(rewards[:, column]).item()
+                round_values[f"rewards/{name}/std"] = nanstd(rewards[:, column]).item()
+        for key, value in round_values.items():
+            del metrics[key][-num_phases:]
+            metrics[key].append(value)
         logged = self._logs["advantages"]
         for _ in range(min(len(advantages), len(logged))):
             logged.pop()
@@ -303,22 +377,25 @@ class CoBAGRPOTrainer(GRPOTrainer):
             per_prompt = segment_nanmean(rewards[:, column], group_ids, num_groups)
             metrics[f"coba/rewards/{name}/mean_per_prompt"].append(torch.nanmean(per_prompt).item())
 
-    def _observe_round(self, rewards: torch.Tensor, plan: RoundPlan) -> None:
-        """Update the pass-rate history and the capability estimate from the round's gathered correctness.
-
-        A completion succeeds when the success reward is >= `success_threshold` (NaN = failure). Every process sees
-        the same gathered rewards, so every process updates identically.
-        """
+    def _group_successes(self, rewards: torch.Tensor, group_ids, num_groups: int) -> np.ndarray:
+        """Successes per group: the success reward >= `success_threshold` (a NaN reward is a failure)."""
         scores = rewards[:, self._success_index].float().cpu().numpy()
         success = np.nan_to_num(scores, nan=-np.inf) >= self.args.success_threshold
-        successes = np.bincount(plan.global_group_ids, weights=success, minlength=len(plan.group_sizes))
-        merged: dict = {}  # a prompt id listed twice in a round (duplicate rows) is one appearance
+        return np.bincount(np.asarray(group_ids), weights=success, minlength=num_groups).astype(np.int64)
+
+    def _observe_round(self, rewards: torch.Tensor, group_ids: np.ndarray, plan: RoundPlan) -> None:
+        """Update the pass-rate history and the capability estimate from the round's gathered correctness.
+
+        Every process sees the same gathered rewards, so every process updates identically. A prompt listed twice in
+        a round (duplicate rows) is one appearance with the summed counts.
+        """
+        successes = self._group_successes(rewards, group_ids, len(plan.group_sizes))
+        self.pass_rate_history.update(plan.prompt_ids, successes, plan.group_sizes)
+        merged: dict = {}
         for prompt_id, wins, tries in zip(plan.prompt_ids, successes, plan.group_sizes, strict=True):
             previous = merged.get(prompt_id, (0, 0))
             merged[prompt_id] = (previous[0] + int(wins), previous[1] + int(tries))
-        ids = list(merged)
         wins, tries = (np.array(column, dtype=np.int64) for column in zip(*merged.values(), strict=True))
-        self.pass_rate_history.update(ids, wins, tries)
         self.allocator.observe(wins / tries)
 
     def _coba_state(self) -> dict:

@@ -33,6 +33,16 @@ def check_round_layout(
     return generation_batch_size // num_generations
 
 
+def check_two_phase_layout(prompts_per_round: int, min_generations: int, num_processes: int) -> None:
+    """The screening phase's rows (M x min_generations) must divide evenly over the processes."""
+    if prompts_per_round * min_generations % num_processes != 0:
+        raise ValueError(
+            f"two_phase_rounds screens each of the round's {prompts_per_round} prompts with min_generations "
+            f"({min_generations}) completions: {prompts_per_round * min_generations} rows, which must divide evenly "
+            f"over the {num_processes} processes. Change min_generations or the batch layout so that it does."
+        )
+
+
 def check_dataset(train_dataset, prompt_id_column: str | None, prior_pass_rate_column: str | None) -> None:
     """The train set must be a map-style `Dataset` holding the configured id and prior columns."""
     if train_dataset is None:

@@ -90,8 +90,8 @@ class RoundRecorder:
         self.rounds = []
         plan_round = trainer._plan_round
 
-        def record(local_prompts):
-            plan = plan_round(local_prompts)
+        def record(*args, **kwargs):
+            plan = plan_round(*args, **kwargs)
             self.rounds.append(([str(i) for i in plan.prompt_ids], [int(s) for s in plan.group_sizes]))
             return plan
 

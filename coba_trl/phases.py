@@ -1,0 +1,106 @@
+"""Two-phase rounds and zero-variance groups: the pieces the trainer wires in (torch for merging, numpy for counts).
+
+A two-phase round screens every prompt with `min_generations` completions, updates the pass-rate estimates with those
+fresh results, and spends the rest of the round's budget from them. TRL's generation method runs once per phase; its
+two outputs are merged here into the one batch of completion rows the loss sees (`merge_phase_outputs`).
+
+Zero-variance groups (every completion rewarded alike) carry no policy gradient: `drop` keeps them out of the loss and
+its token normalisation, as DAPO's dynamic-sampling filter does; `rescue` gives them extra rollouts in phase 2
+(`rescue_counts`) in the hope of a non-zero spread.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+# TRL output keys that are left-padded (prompts); every other per-row (B, T) tensor is right-padded (completions).
+LEFT_PADDED = ("prompt_ids", "prompt_mask")
+# Per-row (B, T) keys padded with a value other than 0.
+PAD_WITH_TOKEN = ("prompt_ids", "completion_ids")
+# Per-batch scalars that add up over phases.
+SUMMED = ("num_items_in_batch",)
+
+
+def merge_phase_outputs(outputs: list[dict], pad_token_id: int) -> dict:
+    """Concatenate the row batches TRL's `_generate_and_score_completions` returned for each phase.
+
+    Prompts stay left-padded and completions right-padded to the widest phase; `num_items_in_batch` (completion tokens
+    over all processes) is summed. Image inputs are not supported with two phases and raise a `ValueError`.
+    """
+    merged = {}
+    for key in outputs[0]:
+        values = [output[key] for output in outputs]
+        if values[0] is None:
+            merged[key] = None
+        elif key in SUMMED:
+            merged[key] = sum(values[1:], values[0])
+        elif isinstance(values[0], torch.Tensor) and values[0].ndim == 1:
+            merged[key] = torch.cat(values)
+        elif isinstance(values[0], torch.Tensor) and values[0].ndim == 2 and key not in _IMAGE_KEYS:
+            width = max(value.shape[1] for value in values)
+            fill = pad_token_id if key in PAD_WITH_TOKEN else 0
+            padded = [
+                F.pad(
+                    value,
+                    (width - value.shape[1], 0) if key in LEFT_PADDED else (0, width - value.shape[1]),
+                    value=fill,
+                )
+                for value in values
+            ]
+            merged[key] = torch.cat(padded)
+        else:
+            raise ValueError(
+                f"two_phase_rounds cannot merge the generation output {key!r} (image or other multimodal inputs). "
+                "Set two_phase_rounds=False for this dataset."
+            )
+    return merged
+
+
+_IMAGE_KEYS = ("pixel_values", "image_grid_thw", "pixel_attention_mask", "image_sizes", "spatial_shapes")
+
+
+def all_equal_groups(successes: np.ndarray, rollouts: np.ndarray) -> np.ndarray:
+    """Groups whose completions all succeeded or all failed (from success counts)."""
+    return (successes == 0) | (successes == rollouts)
+
+
+def rescue_counts(counts: np.ndarray, rescued: np.ndarray, floor: int, cap: int, extra: int) -> np.ndarray:
+    """Give each `rescued` group at least `extra` rows above `floor`, taken from the largest other groups.
+
+    `counts` is the allocator's plan for the whole round (each >= floor = the phase-1 rows, summing to the budget). In
+    batch order, a rescued group below floor + extra takes one row at a time from the group with the most rows above
+    floor + extra among the groups not rescued (ties: the later group), or failing that from any group with more than
+    floor + extra rows, until it reaches floor + extra or no group can give. The total is unchanged, no group exceeds
+    `cap`, and the allocator's plan is kept wherever the rescue does not need rows. Deterministic.
+    """
+    counts = np.asarray(counts, dtype=np.int64).copy()
+    target = min(floor + extra, cap)
+    order = np.arange(len(counts))
+    for group in np.flatnonzero(rescued):
+        while counts[group] < target:
+            donors = np.flatnonzero(~rescued & (counts > target))
+            if donors.size == 0:
+                donors = np.flatnonzero(counts > target)
+            if donors.size == 0:
+                break
+            donor = donors[np.lexsort((-order[donors], -counts[donors]))[0]]
+            counts[donor] -= 1
+            counts[group] += 1
+    return counts
+
+
+def drop_rows(output: dict, dropped_rows: torch.Tensor, gather_sum) -> int:
+    """Take the local rows in `dropped_rows` (bool, B) out of the loss and out of its token normaliser (in place).
+
+    Their completion mask becomes 0, and `num_items_in_batch` (completion tokens over all processes, TRL's
+    normaliser for the token-level losses) loses their tokens; `gather_sum` sums a local count over processes.
+    Returns the tokens dropped over all processes.
+    """
+    mask = output["completion_mask"]
+    loss_mask = mask if output.get("tool_mask") is None else mask * output["tool_mask"]
+    dropped = gather_sum(loss_mask[dropped_rows].sum())
+    output["completion_mask"] = torch.where(dropped_rows.unsqueeze(1), torch.zeros_like(mask), mask)
+    output["num_items_in_batch"] = output["num_items_in_batch"] - dropped
+    return int(dropped)
