@@ -27,6 +27,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 import zlib
 from collections import Counter, defaultdict
@@ -433,35 +434,36 @@ def main() -> None:
     sizes = QWEN25_05B if device.type == "cuda" else CPU_SMOKE
     sizes = dataclasses.replace(sizes, rounds=args.rounds or sizes.rounds)
     os.makedirs(args.output_dir, exist_ok=True)
-    if args.section == "fsdp":
-        result = fsdp_round(sizes, device, os.path.join(args.output_dir, "fsdp_run"))
-        with open(os.path.join(args.output_dir, "fsdp.json"), "w") as f:
-            json.dump(result, f)
-        return
-
-    runs = os.path.join(args.output_dir, "runs")
-    report = {"environment": environment(device), "sizes": dataclasses.asdict(sizes)}
-    sections = {
-        "correctness": lambda: check_correctness(device, runs),
-        "speed": lambda: measure_speed(sizes, device, runs),
-        "lora": lambda: check_lora(sizes, device, runs),
-        "fsdp": lambda: check_fsdp(device, args.output_dir, timeout=180),
-    }
-    for name, section in sections.items():
-        if name in args.skip:
-            continue
-        start = time.perf_counter()
-        try:
-            report[name] = section()
-        except Exception as error:  # a broken section must not lose the figures of the others
-            report[name] = {"error": f"{type(error).__name__}: {error}"}
-        report[name]["section_s"] = time.perf_counter() - start
-        free_memory(device)
-        with open(os.path.join(args.output_dir, "gpu_check.json"), "w") as f:
-            json.dump(report, f, indent=1)
-        print(f"[{name}] {verdict(report[name])} in {report[name]['section_s']:.1f} s", flush=True)
+    with tempfile.TemporaryDirectory(prefix="gpu_check_") as runs:  # the trainers' output_dir (nothing is saved)
+        if args.section == "fsdp":
+            with open(os.path.join(args.output_dir, "fsdp.json"), "w") as f:
+                json.dump(fsdp_round(sizes, device, runs), f)
+            return
+        sections = {
+            "correctness": lambda: check_correctness(device, runs),
+            "speed": lambda: measure_speed(sizes, device, runs),
+            "lora": lambda: check_lora(sizes, device, runs),
+            "fsdp": lambda: check_fsdp(device, args.output_dir, timeout=180),
+        }
+        report = {"environment": environment(device), "sizes": dataclasses.asdict(sizes)}
+        for name in (name for name in sections if name not in args.skip):
+            report[name] = run_section(sections[name], device)
+            with open(os.path.join(args.output_dir, "gpu_check.json"), "w") as f:
+                json.dump(report, f, indent=1)
+            print(f"[{name}] {verdict(report[name])} in {report[name]['section_s']:.1f} s", flush=True)
     print_table(report)
     sys.exit(0 if all(verdict(report[name]) == "PASS" for name in sections if name in report) else 1)
+
+
+def run_section(section, device: torch.device) -> dict:
+    """A section's result with its duration; an error is recorded so that the other sections still run."""
+    start = time.perf_counter()
+    try:
+        result = section()
+    except Exception as error:
+        result = {"error": f"{type(error).__name__}: {error}"}
+    free_memory(device)
+    return {**result, "section_s": time.perf_counter() - start}
 
 
 if __name__ == "__main__":
