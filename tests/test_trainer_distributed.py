@@ -52,3 +52,15 @@ def test_two_process_resume_inside_a_round_is_exact(tmp_path):
     assert resumed[0]["history"] == full[0]["history"]
     assert resumed[0]["allocator"] == full[0]["allocator"]
     assert resumed[0]["global_step"] == full[0]["global_step"] == 8
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+@pytest.mark.timeout(600)
+def test_two_phase_rounds_agree_over_two_processes(tmp_path):
+    ranks = _launch(tmp_path, "two-phase")
+    assert ranks[0]["rounds"] == ranks[1]["rounds"] and len(ranks[0]["rounds"]) == 4
+    assert ranks[0]["rows"] == ranks[1]["rows"] == [6] * 4  # screening 3 + the rest 3 on each process, per round
+    assert ranks[0]["rewards"] == ranks[1]["rewards"]
+    assert ranks[0]["history"] == ranks[1]["history"] and ranks[0]["allocator"] == ranks[1]["allocator"]
+    assert all(sum(sizes) == 12 and min(sizes) >= 2 for _, sizes in ranks[0]["rounds"])

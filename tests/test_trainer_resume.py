@@ -69,6 +69,20 @@ def test_resume_in_a_later_epoch_sees_that_epochs_prompts(tmp_path):
     assert rounds[0][0] != rounds[2][0]  # and epochs are shuffled differently
 
 
+@pytest.mark.parametrize("zero_variance_groups", ["keep", "rescue"])
+def test_resume_inside_a_two_phase_round(tmp_path, zero_variance_groups):
+    # The resumed run regenerates the interrupted round with its saved group sizes, whatever its screening gives.
+    _assert_resume_is_exact(
+        tmp_path,
+        3,
+        prompt_dataset(8, repeats=2),
+        steps_per_generation=2,
+        prompt_id_column="uid",
+        two_phase_rounds=True,
+        zero_variance_groups=zero_variance_groups,
+    )
+
+
 def test_resume_with_iterations_and_gradient_accumulation(tmp_path):
     _assert_resume_is_exact(
         tmp_path,

@@ -120,7 +120,8 @@ def main(out_dir: str, mode: str = "scripted", resume_from: str | None = None) -
     """Two-process run; every rank dumps what it saw to OUT_DIR/rank{R}.json, then tears down cleanly.
 
     `scripted`: scripted uneven group sizes, parity reward. `coba`: the CoBA allocator with a step-dependent reward,
-    a checkpoint every step (resume with a third argument, the checkpoint folder).
+    a checkpoint every step (resume with a third argument, the checkpoint folder). `two-phase`: `coba` with two-phase
+    rounds and rescued zero-variance groups.
     """
     from coba_trl import CoBAGRPOTrainer
 
@@ -132,8 +133,10 @@ def main(out_dir: str, mode: str = "scripted", resume_from: str | None = None) -
         sizes = iter([[1, 9, 2], [2, 3, 7], [6, 5, 1]])
         trainer.allocator.allocate = lambda pass_rates, total_budget: np.array(next(sizes))
     else:
+        two_phase = dict(two_phase_rounds=True, zero_variance_groups="rescue", min_generations=2)
+        two_phase = two_phase if mode == "two-phase" else {}
         args = _odd_layout_args(
-            out_dir, max_steps=8, coba_window=3, pass_rate_window=2, save_strategy="steps", save_steps=1
+            out_dir, max_steps=8, coba_window=3, pass_rate_window=2, save_strategy="steps", save_steps=1, **two_phase
         )
         trainer = CoBAGRPOTrainer(model, step_reward, args=args, train_dataset=dataset, processing_class=tokenizer)
     recorder, rounds = Recorder(trainer), RoundRecorder(trainer)
