@@ -15,6 +15,7 @@ so a run resumed from any checkpoint makes the allocations of the run it continu
 
 from __future__ import annotations
 
+import atexit
 import copy
 import math
 import os
@@ -52,6 +53,18 @@ from coba_trl.validation import (
 check_trl_compatibility()
 
 logger = get_logger(__name__)
+
+
+def destroy_process_group_at_exit() -> None:
+    """Tear torch.distributed down before the interpreter's C++ destructors run.
+
+    A process group left alive at exit keeps gloo / c10d threads joinable while static destructors run, and about one
+    two-process run in twenty then aborts after training with "terminate called without an active exception"
+    (SIGABRT). `accelerator.end_training()` at the end of a script avoids it; this `atexit` hook does the same for
+    scripts that do not call it, and does nothing when the group is already gone.
+    """
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
 
 __all__ = ["STATE_FILE", "CoBAGRPOTrainer", "Phase", "RoundPlan"]
 
@@ -138,6 +151,9 @@ class CoBAGRPOTrainer(GRPOTrainer):
             check_two_phase_layout(self._prompts_per_round, args.min_generations, args.world_size)
         self._coba_columns = [c for c in (args.prompt_id_column, args.prior_pass_rate_column) if c is not None]
         super().__init__(model, reward_funcs, args, train_dataset, **kwargs)
+        if self.accelerator.num_processes > 1:
+            atexit.unregister(destroy_process_group_at_exit)  # registered once per process, however many trainers
+            atexit.register(destroy_process_group_at_exit)
         self._success_index = check_success_reward(args.success_reward_func, self.reward_func_names)
         self.allocator = args.build_allocator()
         self.pass_rate_history = args.build_pass_rate_history()
