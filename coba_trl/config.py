@@ -68,6 +68,12 @@ class CoBAConfig(GRPOConfig):
 
         pass_rate_window (`int`, *optional*, defaults to `1`):
             Number of past appearances of a prompt pooled into its pass rate p_i.
+        pass_rate_prior_strength (`float`, *optional*, defaults to `0.0`):
+            Pseudo-count s of a Beta prior on each prompt's pass rate: p_i = (S_i + s * m_i) / (N_i + s) for S_i
+            successes in N_i pooled rollouts, so tiny groups do not read as p = 0 or 1. The prior mean m_i is the
+            prompt's offline prior pass rate (`prior_pass_rate_column`) where it has one, else the mean pass rate
+            over prompts of the latest round (1 - F_t). `0` is the released empirical rate S_i / N_i. Feeds every
+            allocator. A project extension, not in the released code.
         success_reward_func (`str` or `None`, *optional*, defaults to `None`):
             Name of the reward function (as logged under `rewards/<name>/mean`) whose value defines a success. `None`
             uses the first reward function.
@@ -78,7 +84,8 @@ class CoBAConfig(GRPOConfig):
             Dataset column holding a stable prompt id (str or int). `None` uses the dataset row index.
         prior_pass_rate_column (`str` or `None`, *optional*, defaults to `None`):
             Dataset column holding an offline pass-rate estimate in [0, 1] (NaN or None = unknown), used for prompts
-            without history so allocation can start at the first step.
+            without history so allocation can start at the first step, and as the prior mean m_i of
+            `pass_rate_prior_strength`.
     """
 
     budget_allocator: str = field(
@@ -149,6 +156,13 @@ class CoBAConfig(GRPOConfig):
         default=1,
         metadata={"help": "Number of past appearances of a prompt pooled into its pass rate."},
     )
+    pass_rate_prior_strength: float = field(
+        default=0.0,
+        metadata={
+            "help": "Pseudo-count s of a Beta prior on each prompt's pass rate, (successes + s * m) / (rollouts + s) "
+            "with m the prompt's offline prior pass rate, else the latest round's mean; 0 = released empirical rate."
+        },
+    )
     success_reward_func: str | None = field(
         default=None,
         metadata={"help": "Name of the reward function whose value defines a success; None = the first one."},
@@ -198,6 +212,11 @@ class CoBAConfig(GRPOConfig):
             )
         if self.pass_rate_window < 1:
             raise ValueError(f"pass_rate_window ({self.pass_rate_window}) must be at least 1.")
+        if not (math.isfinite(self.pass_rate_prior_strength) and self.pass_rate_prior_strength >= 0):
+            raise ValueError(
+                f"pass_rate_prior_strength ({self.pass_rate_prior_strength}) must be a finite number >= 0 "
+                "(0 = the released empirical pass rate)."
+            )
         if not math.isfinite(self.success_threshold):
             raise ValueError(f"success_threshold ({self.success_threshold}) must be a finite number.")
         self.build_allocator()
@@ -206,7 +225,7 @@ class CoBAConfig(GRPOConfig):
         """The per-prompt pass-rate estimator these fields describe (a `coba_trl.allocation.PassRateHistory`)."""
         from coba_trl.allocation import PassRateHistory
 
-        return PassRateHistory(window=self.pass_rate_window)
+        return PassRateHistory(window=self.pass_rate_window, prior_strength=self.pass_rate_prior_strength)
 
     def build_allocator(self):
         """The allocator these fields describe (a `coba_trl.allocation` object); raises `ValueError` on bad values."""

@@ -14,7 +14,7 @@ def test_defaults_follow_the_released_code(tmp_path):
     assert (args.coba_kappa, args.coba_window, args.coba_gamma) == (11.0, 1, 10.0)
     assert args.coba_tau is None and args.coba_heap_fraction is None
     assert (args.coba_hard_threshold, args.coba_easy_threshold) == (0.05, 0.99)
-    assert (args.pass_rate_window, args.success_threshold) == (1, 1.0)
+    assert (args.pass_rate_window, args.success_threshold, args.pass_rate_prior_strength) == (1, 1.0, 0.0)
     assert args.success_reward_func is None and args.prompt_id_column is None and args.prior_pass_rate_column is None
 
 
@@ -42,11 +42,20 @@ def test_trl_parser_reads_yaml_and_command_line(tmp_path):
         (dict(budget_allocator="greedy"), "budget_allocator"),
         (dict(pass_rate_window=0), "pass_rate_window"),
         (dict(success_threshold=float("nan")), "success_threshold"),
+        (dict(pass_rate_prior_strength=-1.0), "pass_rate_prior_strength"),
+        (dict(pass_rate_prior_strength=float("inf")), "pass_rate_prior_strength"),
     ],
 )
 def test_bad_fields_name_themselves(tmp_path, overrides, field):
     with pytest.raises(ValueError, match=field):
         CoBAConfig(output_dir=str(tmp_path), **{**BASE, **overrides})
+
+
+def test_the_config_builds_the_history_it_describes(tmp_path):
+    args = CoBAConfig(output_dir=str(tmp_path), pass_rate_window=3, pass_rate_prior_strength=2.0, **BASE)
+    history = args.build_pass_rate_history()
+    assert (history.window, history.prior_strength) == (3, 2.0)
+    assert CoBAConfig(output_dir=str(tmp_path), **BASE).build_pass_rate_history().prior_strength == 0.0
 
 
 def test_bad_allocator_parameters_fail_at_construction(tmp_path):
@@ -60,6 +69,6 @@ def test_every_coba_field_is_documented():
     from trl import GRPOConfig
 
     new = {f.name for f in fields(CoBAConfig)} - {f.name for f in fields(GRPOConfig)}
-    assert len(new) == 15
+    assert len(new) == 18
     for name in new:
         assert f"\n        {name} (`" in CoBAConfig.__doc__, name

@@ -1,4 +1,5 @@
-"""PassRateHistory: pooled pass rates over the last `window` appearances, any hashable id, JSON state."""
+"""PassRateHistory: pooled pass rates over the last `window` appearances, any hashable id, JSON state, and the
+Beta-posterior estimate (successes + s * m) / (rollouts + s) on hand-computed cases."""
 
 import json
 import math
@@ -68,3 +69,65 @@ def test_bad_updates_are_value_errors(ids, successes, rollouts, message):
 def test_bad_window_is_a_value_error():
     with pytest.raises(ValueError, match="window"):
         PassRateHistory(window=0)
+
+
+def _round_of_four(prior_strength: float) -> PassRateHistory:
+    """a 0/2, b 2/2, c 3/4, d 1/4: the round's mean pass rate over prompts is (0 + 1 + 0.75 + 0.25) / 4 = 0.5."""
+    history = PassRateHistory(prior_strength=prior_strength)
+    history.update(["a", "b", "c", "d"], [0, 2, 3, 1], [2, 2, 4, 4])
+    return history
+
+
+def test_prior_strength_zero_is_the_released_empirical_rate():
+    history = _round_of_four(0.0)
+    assert history.round_mean == 0.5
+    assert history.pass_rates(["a", "b", "c", "d"]).tolist() == [0.0, 1.0, 0.75, 0.25]
+
+
+def test_beta_posterior_mean_shrinks_towards_the_round_mean():
+    rates = _round_of_four(2.0).pass_rates(["a", "b", "c", "d", "e"])
+    # (0 + 2 * 0.5) / (2 + 2), (2 + 1) / 4, (3 + 1) / (4 + 2), (1 + 1) / 6; e is unseen and has no prior.
+    np.testing.assert_allclose(rates[:4], [0.25, 0.75, 4 / 6, 2 / 6])
+    assert math.isnan(rates[4])
+
+
+def test_offline_prior_is_the_prior_mean_where_a_prompt_has_one():
+    history = _round_of_four(2.0)
+    rates = history.pass_rates(["a", "b", "e", "f"], prior=[0.9, np.nan, 0.2, np.nan])
+    # a: (0 + 2 * 0.9) / 4; b has no offline prior -> round mean 0.5: (2 + 1) / 4; e unseen -> its prior 0.2.
+    np.testing.assert_allclose(rates[:3], [0.45, 0.75, 0.2])
+    assert math.isnan(rates[3])
+    assert _round_of_four(0.0).pass_rates(["a", "e"], prior=[0.9, 0.2]).tolist() == [0.0, 0.2]
+
+
+def test_window_pools_counts_and_the_latest_round_sets_the_mean():
+    history = PassRateHistory(window=2, prior_strength=1.0)
+    history.update(["x", "y"], [1, 0], [4, 4])
+    assert history.round_mean == 0.125
+    history.update(["x"], [3], [4])
+    assert history.round_mean == 0.75
+    # x pools 4/8 over its two appearances; y keeps 0/4 from the first round.
+    np.testing.assert_allclose(history.pass_rates(["x", "y"]), [(4 + 0.75) / 9, (0 + 0.75) / 5])
+    assert [c.tolist() for c in history.counts(["x", "y", "z"])] == [[4, 0, 0], [8, 4, 0]]
+
+
+def test_the_estimate_needs_no_round_mean_when_every_seen_prompt_has_an_offline_prior():
+    history = PassRateHistory(prior_strength=4.0)
+    assert history.pass_rates(["a"], prior=[0.3]).tolist() == [0.3]
+    assert math.isnan(history.round_mean)
+
+
+def test_round_mean_survives_the_state_and_old_states_rebuild_it():
+    history = _round_of_four(2.0)
+    restored = PassRateHistory(prior_strength=2.0)
+    restored.load_state_dict(json.loads(json.dumps(history.state_dict())))
+    assert restored.round_mean == 0.5
+    old = history.state_dict()
+    del old["round_mean"]  # saved before the prior strength existed: rebuilt from each prompt's latest appearance
+    restored.load_state_dict(old)
+    assert restored.round_mean == 0.5
+
+
+def test_bad_prior_strength_is_a_value_error():
+    with pytest.raises(ValueError, match="prior_strength"):
+        PassRateHistory(prior_strength=-0.5)

@@ -1,11 +1,16 @@
-"""Per-prompt pass-rate history p_i: pooled success rate over the last `window` appearances (algorithm.md section 2)."""
+"""Per-prompt pass-rate history p_i: pooled success rate over the last `window` appearances (algorithm.md section 2).
 
+Optionally shrunk towards a prior mean by a Beta posterior (`prior_strength` > 0), so a group of two does not say
+p = 0 or p = 1 (algorithm.md section 9, a project extension; off by default).
+"""
+
+import math
 from collections import deque
 from collections.abc import Hashable, Sequence
 
 import numpy as np
 
-from .validation import check_int
+from .validation import check_float, check_int
 
 
 def _plain(prompt_id: Hashable) -> Hashable:
@@ -21,13 +26,31 @@ def prompt_id_from_json(prompt_id):
 class PassRateHistory:
     """Success and rollout counts of each prompt's last `window` appearances, keyed by any hashable prompt id.
 
-    `pass_rates(ids)` is sum(successes) / sum(rollouts) over those appearances, NaN for prompts never seen
-    (the allocators treat NaN as unseen). Appearances with zero rollouts are not recorded, and a prompt listed
-    several times in one `update` call counts as one appearance with the summed counts.
+    With the default `prior_strength=0`, `pass_rates(ids)` is the released estimate: the pooled empirical rate
+    S_i / N_i, with S_i successes out of N_i rollouts summed over the prompt's last `window` appearances.
+
+    With `prior_strength` s > 0 it is the mean of a Beta posterior instead: the prompt starts from a Beta prior worth s
+    pseudo-rollouts centred on a prior mean m_i, and each observed rollout adds one real count, so
+
+        p_i = (S_i + s * m_i) / (N_i + s).
+
+    Few rollouts leave p_i near m_i; many let the data dominate (a prompt that went 0/2 with s = 2 and m_i = 0.6 gets
+    0.3, not 0; one that went 0/32 gets 0.035). The prior mean m_i is the prompt's *offline prior pass rate* when the
+    caller passes one (`pass_rates(ids, prior=...)`, e.g. `prior_pass_rate_column`), else the *latest round's mean
+    pass rate* `round_mean`: the unweighted mean over the prompts of the last `update` call of their success rates in
+    that call, i.e. 1 - F_t of the latest round (algorithm.md section 3), the freshest estimate of how often the
+    current model succeeds on a typical prompt. So the offline prior sets *where* a prompt's estimate starts and
+    `prior_strength` sets *how much* that start still weighs once rollouts exist; for a prompt without rollouts
+    p_i is its offline prior, or NaN (unseen) without one, whatever s is.
+
+    Appearances with zero rollouts are not recorded, and a prompt listed several times in one `update` call counts as
+    one appearance with the summed counts.
     """
 
-    def __init__(self, window: int = 1):
+    def __init__(self, window: int = 1, prior_strength: float = 0.0):
         self.window = check_int("window", window, minimum=1)
+        self.prior_strength = check_float("prior_strength", prior_strength, low=0.0)
+        self.round_mean = math.nan
         self._records: dict[Hashable, deque[tuple[int, int]]] = {}
 
     def __len__(self) -> int:
@@ -37,7 +60,10 @@ class PassRateHistory:
         return _plain(prompt_id) in self._records
 
     def update(self, prompt_ids: Sequence[Hashable], successes, rollouts) -> None:
-        """Record one appearance per prompt: `successes[i]` correct rollouts out of `rollouts[i]`."""
+        """Record one appearance per prompt: `successes[i]` correct rollouts out of `rollouts[i]`.
+
+        Call it once per generation round with the whole round: it also sets `round_mean`.
+        """
         ids = [_plain(prompt_id) for prompt_id in prompt_ids]
         successes = np.asarray(successes)
         rollouts = np.asarray(rollouts)
@@ -58,30 +84,55 @@ class PassRateHistory:
             totals = merged.setdefault(prompt_id, [0, 0])
             totals[0] += int(success)
             totals[1] += int(rollout)
+        observed = [(success, rollout) for success, rollout in merged.values() if rollout > 0]
+        if observed:
+            self.round_mean = sum(success / rollout for success, rollout in observed) / len(observed)
         for prompt_id, (success, rollout) in merged.items():
             if rollout > 0:
                 self._records.setdefault(prompt_id, deque(maxlen=self.window)).append((success, rollout))
 
-    def pass_rates(self, prompt_ids: Sequence[Hashable], prior=None) -> np.ndarray:
-        """Pooled pass rate per id (float64); unseen ids get NaN, or `prior[i]` where a prior is given and not NaN."""
-        rates = np.full(len(prompt_ids), np.nan)
+    def counts(self, prompt_ids: Sequence[Hashable]) -> tuple[np.ndarray, np.ndarray]:
+        """Pooled successes S_i and rollouts N_i over each id's last `window` appearances (0, 0 for unseen ids)."""
+        successes = np.zeros(len(prompt_ids), dtype=np.int64)
+        rollouts = np.zeros(len(prompt_ids), dtype=np.int64)
         for i, prompt_id in enumerate(prompt_ids):
-            record = self._records.get(_plain(prompt_id))
-            if record:
-                rates[i] = sum(s for s, _ in record) / sum(n for _, n in record)
+            for success, rollout in self._records.get(_plain(prompt_id), ()):
+                successes[i] += success
+                rollouts[i] += rollout
+        return successes, rollouts
+
+    def pass_rates(self, prompt_ids: Sequence[Hashable], prior=None) -> np.ndarray:
+        """Estimated pass rate p_i per id (float64), as the class docstring says.
+
+        `prior` is the offline prior pass rate of each id in [0, 1] (NaN = none): the estimate of an id without
+        rollouts, and its prior mean m_i when `prior_strength` > 0. Ids with neither rollouts nor a prior get NaN.
+        """
+        successes, rollouts = self.counts(prompt_ids)
         if prior is not None:
             prior = np.asarray(prior, dtype=np.float64)
-            if prior.shape != rates.shape:
-                raise ValueError(f"prior must have one value per prompt id ({rates.shape}), got {prior.shape}.")
+            if prior.shape != successes.shape:
+                raise ValueError(f"prior must have one value per prompt id ({successes.shape}), got {prior.shape}.")
             if np.any((prior < 0) | (prior > 1)):
                 raise ValueError("prior must lie in [0, 1] or be NaN (no prior).")
-            rates = np.where(np.isnan(rates), prior, rates)
-        return rates
+        else:
+            prior = np.full(successes.shape, np.nan)
+        seen = rollouts > 0
+        strength = self.prior_strength
+        prior_mean = np.where(np.isnan(prior), self.round_mean, prior)
+        if strength > 0 and np.isnan(prior_mean[seen]).any():
+            raise ValueError(
+                "prior_strength > 0 needs a prior mean: pass an offline prior for these prompts or record a round "
+                "with update() first."
+            )
+        with np.errstate(invalid="ignore", divide="ignore"):
+            shrunk = (successes + strength * np.nan_to_num(prior_mean)) / (rollouts + strength)
+        return np.where(seen, shrunk, prior)
 
     def state_dict(self) -> dict:
         """JSON-serialisable: a list of [id, [[successes, rollouts], ...]], so int and str ids keep their type."""
         return {
             "window": self.window,
+            "round_mean": None if math.isnan(self.round_mean) else self.round_mean,
             "records": [[prompt_id, [list(pair) for pair in record]] for prompt_id, record in self._records.items()],
         }
 
@@ -90,3 +141,7 @@ class PassRateHistory:
             prompt_id_from_json(prompt_id): deque((tuple(pair) for pair in record), maxlen=self.window)
             for prompt_id, record in state["records"]
         }
+        round_mean = state.get("round_mean")  # absent in states saved before the prior strength existed
+        if round_mean is None and self._records:
+            round_mean = float(np.mean([record[-1][0] / record[-1][1] for record in self._records.values()]))
+        self.round_mean = math.nan if round_mean is None else float(round_mean)
