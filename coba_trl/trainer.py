@@ -32,6 +32,7 @@ from trl import GRPOTrainer
 from trl.trainer.utils import nanstd
 
 from coba_trl.advantages import group_advantages, segment_nanmean, zero_spread_groups
+from coba_trl.allocation import fill_to_budget
 from coba_trl.allocation.history import prompt_id_from_json
 from coba_trl.checkpoint import STATE_FILE, encode_round, load_state, save_state
 from coba_trl.compat import check_trl_compatibility
@@ -344,7 +345,9 @@ class CoBAGRPOTrainer(GRPOTrainer):
             history = copy.deepcopy(history)
             history.update(prompt_ids, screened, np.full(len(prompt_ids), self.args.min_generations))
         pass_rates = history.pass_rates(prompt_ids, prior=prior)
-        group_sizes = np.asarray(self.allocator.allocate(pass_rates, self.args.generation_batch_size), dtype=np.int64)
+        total = self.args.generation_batch_size
+        # The released CoBA fallback can strand a few units at B_up (`coba/unallocated`); a round spends them all.
+        group_sizes = fill_to_budget(self.allocator.allocate(pass_rates, total), total, self.args.max_generations)
         extra = {}
         if self.args.zero_variance_groups == "rescue":
             floor = self.args.min_generations

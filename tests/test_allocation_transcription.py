@@ -52,10 +52,10 @@ def transcribed_allocation(rates, total, alpha, beta, b_low, b_up, tau=None, hea
     very_easy = [i for i in range(m) if p[i] > easy]
     explore = [i for i in range(m) if hard <= p[i] <= easy]
     if heap_fraction is None:
-        share = 0.8 if len(explore) > m / 2 else 0.6 + 0.2 * (2 * len(explore) / m)
+        share = 0.8 if len(explore) > m / 2 else 0.6 + (0.8 - 0.6) * ((len(explore) / m) * 2)
     else:
         share = heap_fraction
-    heap_budget = math.floor(rest * share)
+    heap_budget = int(rest * share)
     given = 0
     if explore:
         if tau is None:

@@ -9,7 +9,7 @@ history.update(prompt_ids, successes, counts)
 allocator.observe(successes / counts)
 """
 
-from .base import BudgetAllocator, uniform_split
+from .base import BudgetAllocator, fill_to_budget, uniform_split
 from .capability import CapabilityTracker, FailureRateTracker, beta_parameters, psi
 from .coba import CoBAAllocator, coba_allocate
 from .factory import ALLOCATORS, build_allocator
@@ -35,6 +35,7 @@ __all__ = [
     "build_allocator",
     "coba_allocate",
     "coba_value",
+    "fill_to_budget",
     "greedy_counts",
     "knapsack_value",
     "psi",

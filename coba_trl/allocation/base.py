@@ -5,6 +5,7 @@ from abc import ABC, abstractmethod
 import numpy as np
 
 from .capability import FailureRateTracker
+from .sharing import round_robin
 from .validation import check_budget_bounds, check_int, check_pass_rates
 
 
@@ -13,6 +14,23 @@ def uniform_split(total_budget: int, n_prompts: int) -> np.ndarray:
     counts = np.full(n_prompts, total_budget // n_prompts, dtype=np.int64)
     counts[: total_budget % n_prompts] += 1
     return counts
+
+
+def fill_to_budget(counts: np.ndarray, total_budget: int, max_budget: int) -> np.ndarray:
+    """Counts that spend all of `total_budget`: units an allocation left unspent go round-robin, in batch order, to
+    the prompts below `max_budget` (B_up).
+
+    The released CoBA fallback (section 5, step 6) makes a single even pass per group, so when that pass meets B_up
+    it can strand a few units even though other prompts have room (`metrics()["unallocated"]` counts them). A
+    trainer whose rounds hold a fixed number of rows tops them up with this; the allocators themselves stay exactly
+    the released code.
+    """
+    counts = np.asarray(counts, dtype=np.int64)
+    missing = total_budget - int(counts.sum())
+    if missing <= 0:
+        return counts
+    room = np.maximum(max_budget - counts, 0)
+    return counts + round_robin(room, min(missing, int(room.sum())))
 
 
 class BudgetAllocator(ABC):

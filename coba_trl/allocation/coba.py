@@ -14,8 +14,12 @@ from .values import CoBAGains, adaptive_tau, canonical_pass_rate
 
 
 def heap_share(n_explore: int, n_prompts: int) -> float:
-    """Released rule: 0.8 if more than M/2 prompts are in the exploration band, else 0.6 + 0.2 * (2 n / M)."""
-    return 0.8 if n_explore > n_prompts / 2 else 0.6 + 0.2 * (2 * n_explore / n_prompts)
+    """Released rule: 0.8 if more than M/2 prompts are in the exploration band, else 0.6 + 0.2 * (2 n / M).
+
+    Computed float for float as the released code writes it, 0.6 + (0.8 - 0.6) * ((n / M) * 2): 0.8 - 0.6 is
+    0.20000000000000007 in floating point, which can move int(R * share) by one unit against 0.2.
+    """
+    return 0.8 if n_explore > n_prompts / 2 else 0.6 + (0.8 - 0.6) * ((n_explore / n_prompts) * 2)
 
 
 def coba_allocate(
@@ -34,7 +38,9 @@ def coba_allocate(
     """One round of section 5, step by step; returns (counts, telemetry). Inputs are assumed validated.
 
     `solver` is `solver.greedy_counts` (default) or `reference.heap_greedy`: they return identical counts.
-    When B_total > M * B_up every prompt ends at B_up and the counts sum to M * B_up (step 7). The uniform
+    When B_total > M * B_up every prompt ends at B_up and the counts sum to M * B_up (step 7). Like the released
+    code, the single even pass of step 6 can strand a few units when it meets B_up although other prompts have room:
+    `unallocated` reports them and `base.fill_to_budget` tops them up where a fixed total is needed. The uniform
     paths (all unseen, or B_total < M * B_low) are the plain GRPO split and do not apply B_up.
     """
     n_prompts = pass_rates.size
@@ -50,7 +56,7 @@ def coba_allocate(
     easy = np.flatnonzero(p > easy_threshold)
     explore = np.flatnonzero((p >= hard_threshold) & (p <= easy_threshold))
     share = heap_share(explore.size, n_prompts) if heap_fraction is None else heap_fraction
-    heap_budget = math.floor(remainder * share)
+    heap_budget = int(remainder * share)
     given = 0
     if explore.size:
         info["tau"] = adaptive_tau(p[explore]) if tau is None else tau
