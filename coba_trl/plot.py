@@ -89,19 +89,23 @@ def plot_budget_by_pass_rate(log_history: list[dict], path: str) -> bool:
     )
     if not bins:
         return False
-    figure, axis = plt.subplots(figsize=(7, 4))
+    figure, axis = plt.subplots(figsize=(8.5, 4))
     for name in bins:
         steps, values = series(log_history, BUDGET_BIN_PREFIX + name)
         if name in PASS_RATE_BIN_NAMES:
-            style = {"marker": BIN_MARKERS[_bin_order(name)], "markersize": 4, "label": f"p in {name}"}
+            # Harder bins are drawn wider and first, so a bin that coincides with another (say 0.8-1.0 and 1.0,
+            # both at B_low) still shows as a rim around it.
+            order = _bin_order(name)
+            size = {"linewidth": 2.6 - 0.3 * order, "markersize": 6.0 - 0.6 * order}
+            style = {"marker": BIN_MARKERS[order], **size, "label": f"p in {name}"}
         else:
             style = {"marker": ".", "linestyle": ":", "label": "unseen (no history yet)"}
         axis.plot(steps, values, color=bin_color(name), **style)
     steps, values = series(log_history, "budget/mean")
-    axis.plot(steps, values, linestyle="--", color="black", label="mean over prompts (G)")
+    axis.plot(steps, values, linestyle="--", linewidth=1, color="black", label="mean over prompts (G)")
     axis.set(ylabel="rollouts per prompt (mean over the bin)", title="Budget by pass-rate bin p_i")
     _step_axis(axis)
-    axis.legend(fontsize=8, ncol=2)
+    axis.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5))
     _save(figure, path)
     return True
 
