@@ -17,9 +17,12 @@ import argparse
 import json
 import multiprocessing
 import os
+import platform
+import subprocess
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -81,6 +84,43 @@ QUICK: dict = {
 OUTPUT_DIR = "outputs/compare"
 
 
+@dataclass(frozen=True)
+class Study:
+    """One pre-registered comparison: its protocol, arms, smoke-test sizes, raw-output folder and report section.
+
+    `name` keys the generated section of docs/results.md (`<!-- {name}:begin -->`) and prefixes its plots.
+    """
+
+    name: str
+    protocol: dict
+    arms: dict
+    quick: dict
+    output_dir: str
+    title: str
+
+
+STUDY = Study("results", PROTOCOL, ARMS, QUICK, OUTPUT_DIR, "first study")
+
+
+def machine_record() -> dict:
+    """CPU model, core count, torch threads and load average: the same seed gives other digits on other CPUs."""
+    import torch
+
+    try:
+        lscpu = subprocess.run(["lscpu"], capture_output=True, text=True, check=False).stdout
+        model = next((line.split(":", 1)[1].strip() for line in lscpu.splitlines() if "Model name" in line), "")
+    except OSError:
+        model = ""
+    return {
+        "cpu_model": model or platform.processor(),
+        "nproc": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "load_average": [round(value, 2) for value in os.getloadavg()],
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+    }
+
+
 def warm_start_dir(output_dir: str) -> str:
     return os.path.join(output_dir, "warm_start")
 
@@ -90,14 +130,20 @@ def run_path(output_dir: str, arm: str, seed: int) -> str:
 
 
 def problem_sets(protocol: dict):
-    from coba_trl.demo.task import demo_problem_sets
+    """Training prompts, held-out problems and warm-start stream; `protocol["levels"]` keeps only those levels.
 
-    return demo_problem_sets(
-        protocol["num_train_prompts"],
-        protocol["num_heldout"],
-        protocol["num_warm_start_problems"],
-        seed=protocol["data_seed"],
-    )
+    A level subset is drawn from the demo's sets scaled up by 5 / len(levels) and filtered, so held-out and training
+    questions stay disjoint and the kept levels stay evenly mixed.
+    """
+    from coba_trl.demo.task import DIFFICULTY_LEVELS, demo_problem_sets
+
+    levels = protocol.get("levels")
+    sizes = [protocol[key] for key in ("num_train_prompts", "num_heldout", "num_warm_start_problems")]
+    if levels is None:
+        return demo_problem_sets(*sizes, seed=protocol["data_seed"])
+    scale = -(-len(DIFFICULTY_LEVELS) // len(levels))
+    sets = demo_problem_sets(*(size * scale for size in sizes), seed=protocol["data_seed"])
+    return tuple([p for p in problems if p.level in levels][:size] for problems, size in zip(sets, sizes, strict=True))
 
 
 def sampled_pass_rates(model, tokenizer, problems, samples: int, max_new_tokens: int, seed: int = 1234) -> list:
@@ -147,7 +193,7 @@ def prepare_warm_start(protocol: dict, output_dir: str) -> dict:
     if os.path.exists(info_path):
         with open(info_path) as handle:
             return json.load(handle)
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     torch.manual_seed(protocol["warm_start_seed"])
     tokenizer = build_byte_tokenizer()
     model = build_tiny_qwen2(
@@ -175,6 +221,8 @@ def prepare_warm_start(protocol: dict, output_dir: str) -> dict:
         "heldout_sampled": sampled_pass_rates(model, tokenizer, heldout, protocol["conversion_samples"], max_new),
         "train_levels": [p.level for p in train],
         "wall_time_s": round(time.perf_counter() - start, 1),
+        "cpu_time_s": round(time.process_time() - cpu_start, 1),
+        "machine": machine_record(),
     }
     with open(info_path, "w") as handle:
         json.dump(info, handle)
@@ -197,17 +245,17 @@ def explore_first_allocator(args):
     return allocator
 
 
-def training_args(protocol: dict, arm: str, seed: int, output_dir: str):
+def training_args(protocol: dict, arms: dict, arm: str, seed: int, output_dir: str):
     from coba_trl import CoBAConfig
 
-    settings = dict(ARMS[arm])
+    settings = dict(arms[arm])
     multiplier = settings.pop("budget_multiplier", 1)
     settings.pop("explore_first", None)
     generations = protocol["num_generations"] * multiplier
     return CoBAConfig(
         output_dir=os.path.join(output_dir, "trainer", f"{arm}_seed{seed}"),
         num_generations=generations,
-        min_generations=protocol["min_generations"],
+        min_generations=settings.pop("min_generations", protocol["min_generations"]),
         max_generations=max(protocol["max_generations"], generations),
         per_device_train_batch_size=protocol["prompts_per_round"] * generations // protocol["steps_per_generation"],
         steps_per_generation=protocol["steps_per_generation"],
@@ -231,8 +279,19 @@ def training_args(protocol: dict, arm: str, seed: int, output_dir: str):
     )
 
 
-def run_arm(protocol: dict, arm: str, seed: int, output_dir: str) -> dict:
-    """One RL run from the warm-start checkpoint; writes and returns its raw result."""
+PILOT_SERIES = ("coba/failure_rate", "coba/alpha", "frac_reward_zero_std", "reward")
+
+
+def pilot_path(output_dir: str, arm: str, seed: int) -> str:
+    return os.path.join(output_dir, "pilots", f"{arm}_seed{seed}.json")
+
+
+def run_arm(protocol: dict, arms: dict, arm: str, seed: int, output_dir: str, pilot: bool = False) -> dict:
+    """One RL run from the warm-start checkpoint; writes and returns its raw result.
+
+    A pilot run does all the same work (so its wall time counts the evaluations) but keeps only its wall time and the
+    per-round training series `PILOT_SERIES`: no accuracy is stored or printed.
+    """
     import torch
     from transformers import Qwen2ForCausalLM
     from transformers.trainer_callback import PrinterCallback
@@ -249,19 +308,23 @@ def run_arm(protocol: dict, arm: str, seed: int, output_dir: str) -> dict:
 
         rounds: list
 
-        def _plan_round(self, local_prompts):
-            plan = super()._plan_round(local_prompts)
-            rates = self.pass_rate_history.pass_rates(plan.prompt_ids)  # the p_i this round was allocated from
-            rates = [None if rate != rate else float(rate) for rate in rates]
-            self.rounds.append([self.state.global_step, list(plan.prompt_ids), plan.group_sizes.tolist(), rates])
+        def _plan_round(self, *args, **kwargs):
+            plan = super()._plan_round(*args, **kwargs)
+            # The p_i this round was allocated from, and the plain pooled rate (they differ with a prior strength).
+            successes, rollouts = self.pass_rate_history.counts(plan.prompt_ids)
+            pooled = [None if n == 0 else s / n for s, n in zip(successes.tolist(), rollouts.tolist(), strict=True)]
+            rates = [None if rate != rate else float(rate) for rate in plan.pass_rates]
+            self.rounds.append(
+                [self.state.global_step, list(plan.prompt_ids), plan.group_sizes.tolist(), rates, pooled]
+            )
             return plan
 
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     torch.manual_seed(seed)
     train, heldout, _ = problem_sets(protocol)
     tokenizer = build_byte_tokenizer()
     model = Qwen2ForCausalLM.from_pretrained(warm_start_dir(output_dir))
-    args = training_args(protocol, arm, seed, output_dir)
+    args = training_args(protocol, arms, arm, seed, output_dir)
     max_new = protocol["max_completion_length"]
     trainer = RecordingTrainer(
         model=model,
@@ -273,11 +336,18 @@ def run_arm(protocol: dict, arm: str, seed: int, output_dir: str) -> dict:
     )
     trainer.remove_callback(PrinterCallback)
     trainer.rounds = []
-    if ARMS[arm].get("explore_first"):
+    if arms[arm].get("explore_first"):
         trainer.allocator = explore_first_allocator(args)
+    machine = machine_record()
     trainer.train()
-    final = heldout_accuracy(model, tokenizer, heldout, max_new)
     history = trainer.state.log_history
+    if pilot:
+        rounds = [record for record in history if "budget/mean" in record]
+        result = {"arm": arm, "seed": seed, "machine": machine, "wall_time_s": round(time.perf_counter() - start, 1)}
+        result["cpu_time_s"] = round(time.process_time() - cpu_start, 1)
+        result.update({key: [record.get(key) for record in rounds] for key in PILOT_SERIES})
+        return _write(pilot_path(output_dir, arm, seed), result)
+    final = heldout_accuracy(model, tokenizer, heldout, max_new)
     accuracy_curve = [
         [
             record["step"],
@@ -302,9 +372,14 @@ def run_arm(protocol: dict, arm: str, seed: int, output_dir: str) -> dict:
         "heldout_sampled_after": sampled_pass_rates(
             model, tokenizer, heldout, protocol["conversion_samples"], max_new
         ),
+        "machine": machine,
         "wall_time_s": round(time.perf_counter() - start, 1),
+        "cpu_time_s": round(time.process_time() - cpu_start, 1),  # this process only (not the reward workers)
     }
-    path = run_path(output_dir, arm, seed)
+    return _write(run_path(output_dir, arm, seed), result)
+
+
+def _write(path: str, result: dict) -> dict:
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path + ".tmp", "w") as handle:
         json.dump(result, handle)
@@ -313,43 +388,73 @@ def run_arm(protocol: dict, arm: str, seed: int, output_dir: str) -> dict:
 
 
 def _worker(job: tuple) -> str:
-    protocol, arm, seed, output_dir = job
+    protocol, arms, arm, seed, output_dir, pilot = job
     import torch
 
     torch.set_num_threads(1)
-    if not os.path.exists(run_path(output_dir, arm, seed)):
-        result = run_arm(protocol, arm, seed, output_dir)
+    if pilot:
+        result = run_arm(protocol, arms, arm, seed, output_dir, pilot=True)
+        failure = [f"{value:.2f}" for value in result["coba/failure_rate"] if value is not None]
+        print(
+            f"[pilot] {arm} seed {seed}: {result['wall_time_s']} s wall, {result['cpu_time_s']} s CPU; "
+            f"F_t by round {' '.join(failure)}",
+            flush=True,
+        )
+    elif not os.path.exists(run_path(output_dir, arm, seed)):
+        result = run_arm(protocol, arms, arm, seed, output_dir)
         print(f"[compare] {arm} seed {seed}: accuracy {result['final_accuracy']:.3f} in {result['wall_time_s']} s")
     return f"{arm}_seed{seed}"
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None, study: Study = STUDY) -> None:
+    parser = argparse.ArgumentParser(description=f"{study.title}: " + __doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="Tiny sizes and a few steps (smoke test, no docs).")
-    parser.add_argument("--output_dir", default=None, help=f"Raw results folder (default {OUTPUT_DIR}).")
-    parser.add_argument("--arms", nargs="+", default=list(ARMS), choices=list(ARMS))
+    parser.add_argument("--output_dir", default=None, help=f"Raw results folder (default {study.output_dir}).")
+    parser.add_argument("--arms", nargs="+", default=list(study.arms), choices=list(study.arms))
     parser.add_argument("--seeds", nargs="+", type=int, default=None, help="Override the protocol's seeds.")
-    parser.add_argument("--max_steps", type=int, default=None, help="Override max_steps (timing pilot only).")
+    parser.add_argument("--max_steps", type=int, default=None, help="Override max_steps (pilots only).")
+    parser.add_argument(
+        "--set", nargs="+", default=[], metavar="KEY=JSON", help="Override protocol entries (pilots only)."
+    )
+    parser.add_argument(
+        "--pilot", action="store_true", help="Keep only wall time and training series (F_t...), no accuracy."
+    )
     parser.add_argument("--workers", type=int, default=2, help="RL runs in parallel (one CPU thread each).")
     parser.add_argument("--report_only", action="store_true", help="Only aggregate the raw JSON into docs/.")
     parser.add_argument("--docs_dir", default="docs", help="Where the report writes its tables and plots.")
     options = parser.parse_args(argv)
-    protocol = {**PROTOCOL, **(QUICK if options.quick else {})}
+    protocol = {**study.protocol, **(study.quick if options.quick else {})}
     if options.seeds is not None:
         protocol["seeds"] = options.seeds
     if options.max_steps is not None:
         protocol["max_steps"] = options.max_steps
-    output_dir = options.output_dir or (OUTPUT_DIR + ("_quick" if options.quick else ""))
+    for item in options.set:
+        key, value = item.split("=", 1)
+        protocol[key] = json.loads(value)
+    output_dir = options.output_dir or (study.output_dir + ("_quick" if options.quick else ""))
     if not options.report_only:
         os.makedirs(output_dir, exist_ok=True)
-        with open(os.path.join(output_dir, "protocol.json"), "w") as handle:
-            json.dump({"protocol": protocol, "arms": ARMS}, handle, indent=2)
+        if not options.pilot:
+            with open(os.path.join(output_dir, "protocol.json"), "w") as handle:
+                json.dump({"protocol": protocol, "arms": study.arms, "machine": machine_record()}, handle, indent=2)
         start = time.perf_counter()
+        if protocol.get("warm_start_threads"):
+            import torch
+
+            torch.set_num_threads(protocol["warm_start_threads"])
         info = prepare_warm_start(protocol, output_dir)
-        print(f"[compare] warm start: held-out accuracy {info['heldout']['accuracy']:.3f}", flush=True)
-        # Longest runs first, so the two workers finish close together.
-        jobs = [(protocol, arm, seed, output_dir) for arm in options.arms for seed in protocol["seeds"]]
-        jobs.sort(key=lambda job: -ARMS[job[1]].get("budget_multiplier", 1))
+        print(
+            f"[compare] warm start: held-out greedy accuracy {info['heldout']['accuracy']:.3f}, mean sampled pass "
+            f"rate of the training prompts {sum(info['train_pass_rates']) / len(info['train_pass_rates']):.3f}",
+            flush=True,
+        )
+        # Seed by seed (an interrupted study leaves whole seeds), longest runs first within that order.
+        jobs = [
+            (protocol, study.arms, arm, seed, output_dir, options.pilot)
+            for seed in protocol["seeds"]
+            for arm in options.arms
+        ]
+        jobs.sort(key=lambda job: -study.arms[job[2]].get("budget_multiplier", 1))
         if options.workers > 1:
             # Not multiprocessing.Pool: its daemonic workers cannot start the reward's grading processes.
             context = multiprocessing.get_context("spawn")
@@ -360,11 +465,11 @@ def main(argv: list[str] | None = None) -> None:
             for job in jobs:
                 _worker(job)
         print(f"[compare] all runs done in {time.perf_counter() - start:.0f} s", flush=True)
-    if not options.quick or options.report_only:
+    if (not options.quick and not options.pilot) or options.report_only:
         sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
         from compare_report import write_report
 
-        for path in write_report(output_dir, options.docs_dir):
+        for path in write_report(output_dir, options.docs_dir, study.name):
             print(path)
 
 

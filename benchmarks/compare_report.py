@@ -3,8 +3,9 @@
     python benchmarks/compare_allocators.py --report_only
 
 Reads `<output_dir>/protocol.json`, `warm_start/before_rl.json` and `runs/<arm>_seed<k>.json`; rewrites only the
-part of docs/results.md between the `results:begin` / `results:end` markers (the protocol and the conclusions
-around it are written by hand) and the PNGs `docs/compare_*.png`.
+part of docs/results.md between the `<name>:begin` / `<name>:end` markers of its study (the protocol and the
+conclusions around it are written by hand) and the study's PNGs (`docs/compare_*.png` for the first study, named
+"results"; `docs/<name>_*.png` for the others).
 """
 
 from __future__ import annotations
@@ -19,8 +20,6 @@ import numpy as np
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
-ARM_ORDER = ("grpo", "knapsack", "coba", "coba_paper", "coba_explore_first", "grpo_2x")
 COLORS = {
     "grpo": "tab:gray",
     "knapsack": "tab:orange",
@@ -28,16 +27,20 @@ COLORS = {
     "coba_paper": "tab:green",
     "coba_explore_first": "tab:purple",
     "grpo_2x": "black",
+    "coba_prior2": "tab:red",
+    "coba_blow4": "tab:brown",
 }
+UNIFORM_ARMS = ("grpo", "grpo_2x")
 
 
-def load_runs(output_dir: str) -> dict[str, list[dict]]:
+def load_runs(output_dir: str, arm_order) -> dict[str, list[dict]]:
+    """Runs by arm, in the protocol's arm order, each arm's runs by seed."""
     runs: dict[str, list[dict]] = {}
     for path in sorted(glob.glob(os.path.join(output_dir, "runs", "*.json"))):
         with open(path) as handle:
             run = json.load(handle)
         runs.setdefault(run["arm"], []).append(run)
-    return {arm: sorted(runs[arm], key=lambda r: r["seed"]) for arm in ARM_ORDER if arm in runs}
+    return {arm: sorted(runs[arm], key=lambda r: r["seed"]) for arm in arm_order if arm in runs}
 
 
 def curve(runs: list[dict]) -> tuple[np.ndarray, np.ndarray]:
@@ -212,8 +215,9 @@ def plot_accuracy(runs: dict, path: str) -> None:
     figure, axis = plt.subplots(figsize=(7, 4.2))
     for arm, arm_runs in runs.items():
         xs, accuracies = curve(arm_runs)
-        axis.plot(xs, accuracies.mean(axis=0), marker=".", color=COLORS[arm], label=f"{arm} ({len(arm_runs)} seeds)")
-        axis.fill_between(xs, accuracies.min(axis=0), accuracies.max(axis=0), color=COLORS[arm], alpha=0.12)
+        color = COLORS.get(arm)
+        axis.plot(xs, accuracies.mean(axis=0), marker=".", color=color, label=f"{arm} ({len(arm_runs)} seeds)")
+        axis.fill_between(xs, accuracies.min(axis=0), accuracies.max(axis=0), color=color, alpha=0.12)
     axis.set(
         xlabel="rollouts consumed", ylabel="held-out greedy accuracy", title="Accuracy vs rollouts (band: min-max)"
     )
@@ -222,31 +226,141 @@ def plot_accuracy(runs: dict, path: str) -> None:
     _save(figure, path)
 
 
-def plot_budget(runs: dict, protocol: dict, path: str) -> None:
-    """Mean group size by historical pass-rate bin, one line per epoch: does the peak move as the model improves?"""
+def _pooled_rate(round_record: list) -> list:
+    """The plain pooled pass rate S_i / N_i of each prompt of a round (the allocator's p_i in older records)."""
+    return round_record[4] if len(round_record) > 4 else round_record[3]
+
+
+def _epoch_rounds(arm_runs: list[dict], start: int, length: int) -> tuple[np.ndarray, np.ndarray]:
+    """Pooled pass rates (NaN = unseen) and group sizes of rounds [start, start + length) of every seed."""
+    rounds = [rnd for run in arm_runs for rnd in run["rounds"][start : start + length]]
+    rates = np.array([np.nan if p is None else p for rnd in rounds for p in _pooled_rate(rnd)], dtype=float)
+    return rates, np.array([size for rnd in rounds for size in rnd[2]], dtype=float)
+
+
+def bin_means(arm_runs: list[dict], start: int, length: int) -> np.ndarray:
+    """Mean group size per pooled pass-rate bin over rounds [start, start + length) of every seed (NaN: empty bin)."""
+    rates, sizes = _epoch_rounds(arm_runs, start, length)
+    bins = np.digitize(rates, PASS_RATE_EDGES[1:-1])  # NaN (unseen) lands past the last bin
+    return np.array(
+        [sizes[bins == b].mean() if (bins == b).any() else np.nan for b in range(len(PASS_RATE_EDGES) - 1)]
+    )
+
+
+def _bin_rows(runs: dict, protocol: dict) -> list[str]:
+    """Mean group size by pooled pass-rate bin in each epoch after the first, with F_t and the peak bin.
+
+    "p per rollout" is the rollout-weighted mean of the prompts' pooled pass rates, "p per prompt" the plain mean: the
+    first below the second means the budget leans to hard prompts, above it to easy ones.
+    """
     epoch_rounds = protocol["num_train_prompts"] // protocol["prompts_per_round"]
-    arms = [arm for arm in runs if arm not in ("grpo", "grpo_2x")]
+    names = [f"[{low}, {high})" for low, high in zip(PASS_RATE_EDGES[:-2], PASS_RATE_EDGES[1:-1], strict=True)]
+    names.append(f"[{PASS_RATE_EDGES[-2]}, 1.0]")
+    rows = [
+        "| arm | epoch | F_t (epoch mean) | " + " | ".join(names) + " | peak bin | p per rollout | p per prompt |",
+        "|---|---|---|" + "---|" * (len(names) + 3),
+    ]
+    for arm, arm_runs in runs.items():
+        if arm in UNIFORM_ARMS:
+            continue
+        failure = [round_series(r, "coba/failure_rate") for r in arm_runs]
+        for start in range(epoch_rounds, len(arm_runs[0]["rounds"]), epoch_rounds):
+            means = bin_means(arm_runs, start, epoch_rounds)
+            rates, sizes = _epoch_rounds(arm_runs, start, epoch_rounds)
+            seen = ~np.isnan(rates)
+            cells = " | ".join("" if np.isnan(m) else f"{m:.1f}" for m in means)
+            peak = names[int(np.nanargmax(means))] if np.isfinite(means).any() else ""
+            weighted = np.average(rates[seen], weights=sizes[seen]) if seen.any() else np.nan
+            rows.append(
+                f"| `{arm}` | {start // epoch_rounds + 1} | {_epoch_mean(failure, start, epoch_rounds)} | {cells} | "
+                f"{peak} | {weighted:.3f} | {np.mean(rates[seen]) if seen.any() else np.nan:.3f} |"
+            )
+    return rows
+
+
+def _paired_rows(runs: dict, baseline: str = "grpo") -> list[str]:
+    """Per-seed differences against the baseline (same seed = same prompt order): final greedy, curve mean, avg@16."""
+    rows = [
+        f"| arm | final greedy - `{baseline}`, per seed | mean [min, max] | seeds ahead | "
+        f"mean over the curve - `{baseline}` | sampled avg@16 - `{baseline}` |",
+        "|---|---|---|---|---|---|",
+    ]
+    if baseline not in runs:
+        return rows
+    reference = {r["seed"]: r for r in runs[baseline]}
+    for arm, arm_runs in runs.items():
+        pairs = [(r, reference[r["seed"]]) for r in arm_runs if r["seed"] in reference and arm != baseline]
+        if not pairs:
+            continue
+        final = np.array([a["final_accuracy"] - b["final_accuracy"] for a, b in pairs])
+        over = np.array([curve([a])[1].mean() - curve([b])[1].mean() for a, b in pairs])
+        sampled = np.array(
+            [np.mean(a["heldout_sampled_after"]) - np.mean(b["heldout_sampled_after"]) for a, b in pairs]
+        )
+        rows.append(
+            f"| `{arm}` | {', '.join(f'{d:+.3f}' for d in final)} | {final.mean():+.3f} [{final.min():+.3f}, "
+            f"{final.max():+.3f}] | {int((final > 0).sum())} of {len(final)} | {over.mean():+.3f} "
+            f"[{over.min():+.3f}, {over.max():+.3f}] | {sampled.mean():+.3f} [{sampled.min():+.3f}, {sampled.max():+.3f}] |"
+        )
+    return rows
+
+
+def plot_budget(runs: dict, protocol: dict, path: str) -> None:
+    """Mean group size by pooled pass-rate bin, one line per epoch (legend: its F_t): does the peak move?"""
+    epoch_rounds = protocol["num_train_prompts"] // protocol["prompts_per_round"]
+    arms = [arm for arm in runs if arm not in UNIFORM_ARMS]
     figure, axes = plt.subplots(1, len(arms), figsize=(3.2 * len(arms), 3.3), sharey=True, squeeze=False)
     centers = [(low + high) / 2 for low, high in zip(PASS_RATE_EDGES[:-1], PASS_RATE_EDGES[1:], strict=True)]
     epochs = range(1, len(runs[arms[0]][0]["rounds"]) // epoch_rounds) if arms else ()
     colors = plt.get_cmap("plasma")
     for axis, arm in zip(axes[0], arms, strict=True):
+        failure = [round_series(r, "coba/failure_rate") for r in runs[arm]]
         for epoch in epochs:
-            rounds = [
-                rnd for run in runs[arm] for rnd in run["rounds"][epoch * epoch_rounds : (epoch + 1) * epoch_rounds]
-            ]
-            rates = np.array([np.nan if p is None else p for rnd in rounds for p in rnd[3]])
-            sizes = np.array([size for rnd in rounds for size in rnd[2]], dtype=float)
-            bins = np.digitize(rates, PASS_RATE_EDGES[1:-1])
-            means = [sizes[bins == b].mean() if (bins == b).any() else np.nan for b in range(len(centers))]
-            color = colors(epoch / (len(epochs) + 1))
-            axis.plot(centers, means, marker="o", color=color, label=f"epoch {epoch + 1}")
-        axis.set(title=arm, xlabel="historical pass rate p_i")
+            means = bin_means(runs[arm], epoch * epoch_rounds, epoch_rounds)
+            label = f"epoch {epoch + 1}, F {_epoch_mean(failure, epoch * epoch_rounds, epoch_rounds)}"
+            axis.plot(centers, means, marker="o", color=colors(epoch / (len(epochs) + 1)), label=label)
+        axis.set(title=arm, xlabel="pooled pass rate S_i / N_i")
         axis.grid(alpha=0.3)
+        if len(epochs):  # no epoch after the first (a short run): nothing drawn, no legend
+            axis.legend(fontsize=6)
     if arms:
         axes[0][0].set_ylabel("mean rollouts per prompt")
-    if arms and len(epochs):  # no epoch after the first (a short run): nothing drawn, no legend
-        axes[0][0].legend(fontsize=7)
+    _save(figure, path)
+
+
+def plot_failure(runs: dict, path: str) -> None:
+    """F_t per round for every arm (seed mean, band min-max), with the 0.5 turn and the 0.35 target marked."""
+    figure, axis = plt.subplots(figsize=(7, 3.6))
+    for arm, arm_runs in runs.items():
+        values = np.array([round_series(r, "coba/failure_rate") for r in arm_runs])
+        if values.size == 0:
+            continue
+        axis.plot(values.mean(axis=0), color=COLORS.get(arm), label=arm)
+        axis.fill_between(
+            range(values.shape[1]), values.min(axis=0), values.max(axis=0), color=COLORS.get(arm), alpha=0.1
+        )
+    for level, style in ((0.5, "--"), (0.35, ":")):
+        axis.axhline(level, color="black", linestyle=style, linewidth=0.8)
+    axis.set(xlabel="generation round", ylabel="F_t", title="Sampled failure rate F_t per round (band: min-max)")
+    axis.grid(alpha=0.3)
+    axis.legend(fontsize=8)
+    _save(figure, path)
+
+
+def plot_paired(runs: dict, path: str, baseline: str = "grpo") -> None:
+    """Final greedy accuracy minus the baseline's, one dot per seed, per arm."""
+    arms = [arm for arm in runs if arm != baseline]
+    figure, axis = plt.subplots(figsize=(7, 3.4))
+    reference = {r["seed"]: r["final_accuracy"] for r in runs.get(baseline, [])}
+    for index, arm in enumerate(arms):
+        diffs = [r["final_accuracy"] - reference[r["seed"]] for r in runs[arm] if r["seed"] in reference]
+        axis.scatter([index] * len(diffs), diffs, color=COLORS.get(arm), s=18)
+        if diffs:
+            axis.hlines(np.mean(diffs), index - 0.25, index + 0.25, color=COLORS.get(arm))
+    axis.axhline(0.0, color="black", linewidth=0.8)
+    axis.set_xticks(range(len(arms)), arms, fontsize=8)
+    axis.set(ylabel=f"final accuracy - {baseline}", title=f"Paired differences against {baseline} (dot: seed)")
+    axis.grid(alpha=0.3, axis="y")
     _save(figure, path)
 
 
@@ -254,7 +368,7 @@ def plot_zero_std(runs: dict, path: str) -> None:
     figure, axis = plt.subplots(figsize=(7, 3.6))
     for arm, arm_runs in runs.items():
         values = np.mean([round_series(r, "frac_reward_zero_std") for r in arm_runs], axis=0)
-        axis.plot(values, color=COLORS[arm], label=arm)
+        axis.plot(values, color=COLORS.get(arm), label=arm)
     axis.set(xlabel="round", ylabel="share of groups", title="Zero-variance groups (all correct or all wrong)")
     axis.grid(alpha=0.3)
     axis.legend(fontsize=8)
@@ -267,30 +381,36 @@ def _save(figure, path: str) -> None:
     plt.close(figure)
 
 
-def write_report(output_dir: str, docs_dir: str = "docs") -> list[str]:
-    """Rewrite the generated section of `docs_dir/results.md` and its plots; returns the written paths."""
+def write_report(output_dir: str, docs_dir: str = "docs", name: str = "results") -> list[str]:
+    """Rewrite the generated section `name` of `docs_dir/results.md` and its plots; returns the written paths."""
     with open(os.path.join(output_dir, "protocol.json")) as handle:
-        protocol = json.load(handle)["protocol"]
+        recorded = json.load(handle)
+    protocol = recorded["protocol"]
     with open(os.path.join(output_dir, "warm_start", "before_rl.json")) as handle:
         before = json.load(handle)
-    runs = load_runs(output_dir)
+    runs = load_runs(output_dir, recorded["arms"])
     if not runs:
         raise ValueError(f"No runs in {output_dir}/runs: run benchmarks/compare_allocators.py first.")
+    prefix = "compare" if name == "results" else name
+    begin, end = f"<!-- {name}:begin -->", f"<!-- {name}:end -->"
+    script = "compare_allocators.py" if name == "results" else f"compare_{name}.py"
     num_levels = max(before["train_levels"]) + 1
     os.makedirs(docs_dir, exist_ok=True)
     plots = {
-        "compare_accuracy.png": lambda p: plot_accuracy(runs, p),
-        "compare_budget_by_pass_rate.png": lambda p: plot_budget(runs, protocol, p),
-        "compare_zero_std.png": lambda p: plot_zero_std(runs, p),
+        "accuracy": lambda p: plot_accuracy(runs, p),
+        "budget_by_pass_rate": lambda p: plot_budget(runs, protocol, p),
+        "zero_std": lambda p: plot_zero_std(runs, p),
+        "failure_rate": lambda p: plot_failure(runs, p),
+        "paired": lambda p: plot_paired(runs, p),
     }
     written = []
-    for name, plot in plots.items():
-        plot(os.path.join(docs_dir, name))
-        written.append(os.path.join(docs_dir, name))
+    for key, plot in plots.items():
+        plot(os.path.join(docs_dir, f"{prefix}_{key}.png"))
+        written.append(os.path.join(docs_dir, f"{prefix}_{key}.png"))
     before_solved = np.array(before["train_pass_rates"])
     lines = [
-        BEGIN,
-        "*Generated by `python benchmarks/compare_allocators.py --report_only` from the raw runs.*",
+        begin,
+        f"*Generated by `python benchmarks/{script} --report_only` from the raw runs.*",
         "",
         f"Warm-start model (every arm's start): held-out accuracy {before['heldout']['accuracy']:.3f}; training "
         f"prompts unsolved {np.mean(before_solved == 0):.3f}, partly solved "
@@ -305,7 +425,12 @@ def write_report(output_dir: str, docs_dir: str = "docs") -> list[str]:
         "### Held-out accuracy at equal rollouts (seed mean)",
         *_equal_rollout_rows(runs),
         "",
-        "![accuracy vs rollouts](compare_accuracy.png)",
+        f"![accuracy vs rollouts]({prefix}_accuracy.png)",
+        "",
+        "### Paired differences against `grpo` (same seed: same prompts in the same order, same start)",
+        *_paired_rows(runs),
+        "",
+        f"![paired differences]({prefix}_paired.png)",
         "",
         "### Conversion of the 256 training prompts (before RL = the warm-start model; seed mean +- sd)",
         *_conversion_rows(runs, before),
@@ -316,10 +441,15 @@ def write_report(output_dir: str, docs_dir: str = "docs") -> list[str]:
         "### Budget by difficulty level per epoch (seed mean of the mean group size)",
         *_budget_rows(runs, protocol, before, num_levels),
         "",
-        "![budget by pass rate](compare_budget_by_pass_rate.png)",
+        "### Budget by pooled pass rate S_i / N_i per epoch (mean group size, seeds pooled) and F_t",
+        *_bin_rows(runs, protocol),
         "",
-        "![zero-variance groups](compare_zero_std.png)",
-        END,
+        f"![budget by pass rate]({prefix}_budget_by_pass_rate.png)",
+        "",
+        f"![failure rate]({prefix}_failure_rate.png)",
+        "",
+        f"![zero-variance groups]({prefix}_zero_std.png)",
+        end,
     ]
     path = os.path.join(docs_dir, "results.md")
     text = ""
@@ -327,8 +457,8 @@ def write_report(output_dir: str, docs_dir: str = "docs") -> list[str]:
         with open(path) as handle:
             text = handle.read()
     generated = "\n".join(lines)
-    if BEGIN in text and END in text:
-        text = text[: text.index(BEGIN)] + generated + text[text.index(END) + len(END) :]
+    if begin in text and end in text:
+        text = text[: text.index(begin)] + generated + text[text.index(end) + len(end) :]
     else:
         text = text.rstrip("\n") + "\n\n## Results\n\n" + generated + "\n"
     with open(path, "w") as handle:

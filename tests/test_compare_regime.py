@@ -1,0 +1,57 @@
+"""Smoke run of benchmarks/compare_regime.py (study 2 of docs/results.md) at tiny sizes: pilots, runs and report."""
+
+import importlib.util
+import json
+import os
+import sys
+
+import pytest
+
+BENCHMARKS = os.path.join(os.path.dirname(__file__), "..", "benchmarks")
+
+
+def _load_script():
+    sys.path.insert(0, BENCHMARKS)
+    spec = importlib.util.spec_from_file_location("compare_regime", os.path.join(BENCHMARKS, "compare_regime.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_protocol_keeps_temperature_one_and_an_equal_budget_for_every_arm():
+    script = _load_script()
+    assert script.REGIME_PROTOCOL["temperature"] == 1.0
+    assert not any("budget_multiplier" in settings for settings in script.REGIME_ARMS.values())
+    assert {"grpo", "knapsack", "coba", "coba_paper"} <= set(script.REGIME_ARMS)
+    assert any(settings.get("pass_rate_prior_strength", 0) > 0 for settings in script.REGIME_ARMS.values())
+
+
+@pytest.mark.slow
+def test_quick_study_pilots_runs_and_reports_its_own_section(tmp_path):
+    script = _load_script()
+    helpers = sys.modules["compare_allocators"]
+    output_dir, docs_dir = str(tmp_path / "raw"), str(tmp_path / "docs")
+    arms = ["grpo", "coba_prior2"]
+    common = ["--quick", "--workers", "1", "--output_dir", output_dir, "--arms", *arms]
+    script.main([*common, "--pilot"], study=script.REGIME)
+    with open(helpers.pilot_path(output_dir, "coba_prior2", 0)) as handle:
+        pilot = json.load(handle)
+    assert "final_accuracy" not in pilot and "accuracy_curve" not in pilot  # a pilot keeps no accuracy
+    assert pilot["coba/failure_rate"] and pilot["machine"]["cpu_model"] is not None
+
+    script.main(common, study=script.REGIME)
+    with open(helpers.run_path(output_dir, "coba_prior2", 0)) as handle:
+        run = json.load(handle)
+    assert all(len(record) == 5 for record in run["rounds"])  # allocator's p_i and the pooled S_i / N_i
+    assert run["machine"]["nproc"] >= 1
+
+    os.makedirs(docs_dir)
+    with open(os.path.join(docs_dir, "results.md"), "w") as handle:
+        handle.write(
+            "# study 1\n<!-- results:begin -->\nkept\n<!-- results:end -->\n# study 2\n<!-- regime:begin -->\n"
+            "<!-- regime:end -->\n"
+        )
+    script.main(["--report_only", "--output_dir", output_dir, "--docs_dir", docs_dir], study=script.REGIME)
+    report = open(os.path.join(docs_dir, "results.md")).read()
+    assert "kept" in report and all(f"`{arm}`" in report for arm in arms)
+    assert os.path.getsize(os.path.join(docs_dir, "regime_budget_by_pass_rate.png")) > 0
