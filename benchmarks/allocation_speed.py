@@ -7,11 +7,11 @@ For each (M, B_total) it draws history-like pass rates (successes out of 16 roll
 and the exact DP on the heap step (where it finishes in reasonable time), checks that the counts are
 identical and that the greedy reaches the DP optimum; then the same for the Knapsack-RL solver.
 
-Timing is paired A/B: each of `--repeats` repeats times the fast solver (the mean of as many calls as fill about
-20 ms) and the heap right after each other, alternating which goes first, and the speed-up is taken within each
-repeat. Every figure is the median over repeats with the range [min-max], so a burst of load from another process
-cannot flip a ratio. Targets (checked on the medians at the end): M = 512, B = 8192 in <= 0.5 ms and >= 50x the
-heap; M = 65,536, B = 1,048,576 in <= 100 ms.
+Timing is paired A/B: each of `--repeats` repeats times the fast solver (the median of as many separately timed
+calls as fill about 20 ms) and the heap right after each other, alternating which goes first, and the speed-up is
+taken within each repeat. Every figure is the median over repeats with the range [min-max], so a burst of load
+from another process cannot flip a ratio. Targets (checked on the medians at the end): M = 512, B = 8192 in
+<= 0.5 ms and >= 50x the heap; M = 65,536, B = 1,048,576 in <= 100 ms.
 """
 
 import argparse
@@ -35,15 +35,20 @@ B_LOW, B_UP = 2, 128
 
 
 def seconds_per_call(function, calls: int) -> float:
-    start = time.perf_counter()
+    """Median seconds of `calls` separately timed calls (a call preempted by another process does not count)."""
+    times = []
     for _ in range(calls):
+        start = time.perf_counter()
         function()
-    return (time.perf_counter() - start) / calls
+        times.append(time.perf_counter() - start)
+    return float(np.median(times))
 
 
 def calls_to_fill(function, seconds: float = 0.02) -> int:
-    """How many calls of `function` take about `seconds` (so a fast call is timed over many)."""
-    once = seconds_per_call(function, 1)
+    """How many calls of `function` take about `seconds` (so a fast call is timed many times)."""
+    start = time.perf_counter()
+    function()
+    once = time.perf_counter() - start
     return max(1, min(1000, int(seconds / max(once, 1e-7))))
 
 

@@ -6,7 +6,8 @@ None", a link to ``huggingface.co/None`` and a quick start with ``model="None"``
 `complete_model_card` rewrites that card in place:
 
 - the title names the model: the Hub id when there is one, else the output directory;
-- the base model and the dataset are linked only when they are Hub ids, and named as given otherwise;
+- the base model and the dataset (`dataset_name`, as given to `create_model_card`) are linked only when they are
+  Hub ids, and named as given otherwise;
 - the quick start loads that model and asks it a prompt of the training set;
 - a "CoBA-RL settings" section lists the allocator's fields (the `CoBAConfig` fields the run used) and the rollout
   layout, followed by results when given (the CPU demo passes its held-out accuracy before and after RL).
@@ -86,22 +87,34 @@ def quick_start(model: str, prompt, max_new_tokens: int, device_map: str = "auto
     )
 
 
-def _base_model_sentence(base_model: str, description: str | None) -> str:
-    if is_hub_id(base_model):
-        return f"This model is a fine-tuned version of [{base_model}](https://huggingface.co/{base_model})"
-    if description:
-        return f"This model was trained from {description}"
-    if base_model:
-        return f"This model is a fine-tuned version of `{base_model}` (a local model)"
-    return "This model was trained from a model built in memory (not from a Hub checkpoint)"
+def origin_sentence(source: str, description: str | None, dataset_name: str | None) -> str:
+    """The card's first sentence: where the model came from and what it was trained on (links only to the Hub)."""
+    if is_hub_id(source):
+        sentence = f"This model is a fine-tuned version of [{source}](https://huggingface.co/{source})"
+    elif description:
+        sentence = f"This model was trained from {description}"
+    elif source:
+        sentence = f"This model is a fine-tuned version of `{source}` (a local model)"
+    else:
+        sentence = "This model was trained from a model built in memory (not from a Hub checkpoint)"
+    if is_hub_id(dataset_name):
+        sentence += f" on the [{dataset_name}](https://huggingface.co/datasets/{dataset_name}) dataset"
+    elif dataset_name:
+        sentence += f" on `{dataset_name}`"
+    return sentence + "."
 
 
 def complete_model_card(
-    trainer, results: dict[str, str] | None = None, base_model: str | None = None, device_map: str = "auto"
+    trainer,
+    dataset_name: str | None = None,
+    results: dict[str, str] | None = None,
+    base_model: str | None = None,
+    device_map: str = "auto",
 ) -> str | None:
     """Rewrite the card TRL wrote in ``trainer.args.output_dir``; returns its path (None off the main process).
 
-    `results` become a table of measures; `base_model` describes a starting model that is not on the Hub.
+    `dataset_name` is the one given to `create_model_card`; `results` become a table of measures; `base_model`
+    describes a starting model that is not on the Hub (e.g. "a tiny Qwen2 model built in memory").
     """
     path = os.path.join(trainer.args.output_dir, CARD_FILE)
     if not trainer.is_world_process_zero() or not os.path.isfile(path):
@@ -112,15 +125,13 @@ def complete_model_card(
     source = getattr(trainer.model.config, "_name_or_path", "") or ""
     text = re.sub(r"^# Model Card for None$", f"# Model Card for {name}", card.text, flags=re.MULTILINE)
     text = re.sub(
-        r"This model is a fine-tuned version of \[[^\]]*\]\(https://huggingface\.co/[^)]*\)",
-        lambda _: _base_model_sentence(source, base_model),
+        r"^This model (?:is a fine-tuned version of|was trained from) .*$",
+        lambda _: origin_sentence(source, base_model, dataset_name),
         text,
+        count=1,
+        flags=re.MULTILINE,
     )
-    dataset = card.data.datasets
-    dataset = dataset[0] if isinstance(dataset, list) and dataset else dataset
-    if dataset and not is_hub_id(dataset):
-        text = text.replace(f"the [{dataset}](https://huggingface.co/datasets/{dataset}) dataset", f"`{dataset}`")
-        card.data.datasets = None
+    card.data.datasets = dataset_name if is_hub_id(dataset_name) else None
     if not card.data.model_name or card.data.model_name == "None":
         card.data.model_name = name
     if not is_hub_id(source):

@@ -3,7 +3,7 @@
 
 Without --model_name_or_path this runs the offline CPU demo, and every flag adjusts it: a tiny Qwen2 model built
 locally is warm-started on sums of 3 to 7 single digits, then trained with CoBAGRPOTrainer and the DAPO accuracy
-reward (1 to 2 minutes on 2 CPU cores, no network; output in outputs/cpu_demo). The defaults listed below are the
+reward (a few minutes on 2 CPU cores, no network; output in outputs/cpu_demo). The defaults listed below are the
 demo's (recipes/cpu_demo.yaml). With --model_name_or_path (a Hub id or a local directory) the defaults are TRL's
 GRPOConfig defaults (bf16, output_dir trainer_output, ...), as in any TRL script.
 
@@ -147,7 +147,7 @@ def train(script_args: ScriptArguments, training_args: CoBAConfig, model_args: M
     trainer.save_model(training_args.output_dir)
     trainer.save_state()  # trainer_state.json (the log history) for `python -m coba_trl.plot <output_dir>`
     trainer.create_model_card(dataset_name=script_args.dataset_name)
-    complete_model_card(trainer)
+    complete_model_card(trainer, dataset_name=script_args.dataset_name)
     trainer.accelerator.print(f"Model and model card saved to {training_args.output_dir}.")
     if training_args.push_to_hub:
         trainer.push_to_hub(dataset_name=script_args.dataset_name)

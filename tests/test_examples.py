@@ -123,8 +123,7 @@ def test_real_dataset_without_model_is_an_error():
         load_script().main(["--config", str(ROOT / "recipes" / "cpu_demo.yaml"), "--dataset_name", "x.parquet"])
 
 
-SHORT_DEMO = [
-    "--config", "recipes/cpu_demo.yaml",
+SHORT_DEMO = [  # flags only: they adjust the demo's defaults
     "--max_steps", "4",
     "--demo_warm_start_steps", "5",
     "--demo_num_heldout", "20",

@@ -36,7 +36,7 @@ def test_card_of_a_model_built_in_memory_names_it_and_lists_the_coba_settings(tm
     trainer = tiny_trainer(tmp_path, budget_allocator="knapsack", max_generations=6)
     trainer.create_model_card(dataset_name="my arithmetic set")
     assert "Model Card for None" in (tmp_path / "README.md").read_text()
-    complete_model_card(trainer, results={"held-out accuracy": "0.2 -> 0.6"})
+    complete_model_card(trainer, "my arithmetic set", results={"held-out accuracy": "0.2 -> 0.6"})
     card = (tmp_path / "README.md").read_text()
     assert f"# Model Card for {tmp_path}" in card and "huggingface.co/None" not in card and 'model="None"' not in card
     assert "huggingface.co/datasets/my arithmetic" not in card and "`my arithmetic set`" in card
@@ -47,15 +47,17 @@ def test_card_of_a_model_built_in_memory_names_it_and_lists_the_coba_settings(tm
     assert "coba-rl" in card  # TRL's tags and citation stay
 
 
-def test_completing_twice_gives_the_same_card_and_a_hub_id_is_linked(tmp_path):
+def test_completing_twice_gives_the_same_card_and_hub_ids_are_linked(tmp_path):
     trainer = tiny_trainer(tmp_path, hub_model_id="me/tiny-coba")
-    trainer.create_model_card()
-    complete_model_card(trainer)
+    trainer.create_model_card(dataset_name="me/sums")
+    complete_model_card(trainer, "me/sums")  # what a hook in create_model_card does
+    complete_model_card(trainer, "me/sums", {"accuracy": "0.5"}, base_model="a tiny model")  # then a script
     first = (tmp_path / "README.md").read_text()
-    complete_model_card(trainer)
+    complete_model_card(trainer, "me/sums", {"accuracy": "0.5"}, base_model="a tiny model")
     assert (tmp_path / "README.md").read_text() == first and first.count(BEGIN) == 1
     assert "# Model Card for me/tiny-coba" in first and 'model="me/tiny-coba"' in first
-    assert "| `coba_kappa` | `11.0` |" in first
+    assert "trained from a tiny model on the [me/sums](https://huggingface.co/datasets/me/sums) dataset." in first
+    assert "| `coba_kappa` | `11.0` |" in first and "| accuracy | 0.5 |" in first
 
 
 def test_is_hub_id(tmp_path):

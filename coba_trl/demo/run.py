@@ -152,7 +152,8 @@ def run_demo(training_args: CoBAConfig, demo_args: DemoArguments, reward_funcs: 
     }
     with open(os.path.join(output_dir, SUMMARY_FILE), "w") as handle:
         json.dump(summary, handle, indent=2)
-    complete_model_card(trainer, card_results(summary, training_args.temperature), BASE_MODEL, device_map="cpu")
+    results = card_results(summary, training_args.temperature)
+    complete_model_card(trainer, DATASET_NAME, results, BASE_MODEL, device_map="cpu")
     plots = plot_run(output_dir)
     print(
         f"[demo] held-out accuracy {summary['accuracy_before']:.3f} -> {summary['accuracy_after']:.3f} after "
