@@ -32,7 +32,7 @@ from coba_trl.trainer import CoBAGRPOTrainer
 
 SUMMARY_FILE = "demo_summary.json"
 DATASET_NAME = "coba-trl built-in arithmetic (generated)"
-BASE_MODEL = "a tiny Qwen2 model built in memory (`coba_trl.tiny`) and warm-started on arithmetic"
+BASE_MODEL = "a tiny Qwen2 model built in memory (`coba_trl.tiny`) after a short supervised warm start"
 WARM_START_PROBLEMS = 20_000  # size of the pool the warm start samples its batches from
 
 
