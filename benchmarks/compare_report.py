@@ -190,17 +190,14 @@ def _budget_rows(runs: dict, protocol: dict, before: dict, num_levels: int) -> l
         rewards = np.array([round_series(r, "reward") for r in arm_runs])
         failure = [round_series(r, "coba/failure_rate") for r in arm_runs]
         alpha = [round_series(r, "coba/alpha") for r in arm_runs]
-        for start in range(0, tables.shape[1], epoch_rounds):
+        for epoch in [1, *shown_epochs(tables.shape[1] // epoch_rounds)]:
+            start = (epoch - 1) * epoch_rounds
             block = np.nanmean(tables[:, start : start + epoch_rounds], axis=(0, 1))
             reward = rewards[:, start : start + epoch_rounds].mean()
             cells = " | ".join(f"{value:.1f}" for value in block)
             peak = f"L{int(np.nanargmax(block))}" if np.nanmax(block) - np.nanmin(block) > 0.05 else "flat"
             capability = [_epoch_mean(values, start, epoch_rounds) for values in (failure, alpha)]
-            rows.append(
-                f"| `{arm}` | {start // epoch_rounds + 1} | {cells} | {peak} | {reward:.3f} | "
-                + " | ".join(capability)
-                + " |"
-            )
+            rows.append(f"| `{arm}` | {epoch} | {cells} | {peak} | {reward:.3f} | " + " | ".join(capability) + " |")
     return rows
 
 
@@ -247,6 +244,13 @@ def bin_means(arm_runs: list[dict], start: int, length: int) -> np.ndarray:
     )
 
 
+def shown_epochs(num_epochs: int) -> list[int]:
+    """Epochs (1-based) of the budget tables and plots: every one after the first up to 8, else 2 to 6 and every 4th."""
+    if num_epochs <= 8:
+        return list(range(2, num_epochs + 1))
+    return sorted({*range(2, 7), *range(10, num_epochs + 1, 4), num_epochs})
+
+
 def _bin_rows(runs: dict, protocol: dict) -> list[str]:
     """Mean group size by pooled pass-rate bin in each epoch after the first, with F_t and the peak bin.
 
@@ -264,7 +268,8 @@ def _bin_rows(runs: dict, protocol: dict) -> list[str]:
         if arm in UNIFORM_ARMS:
             continue
         failure = [round_series(r, "coba/failure_rate") for r in arm_runs]
-        for start in range(epoch_rounds, len(arm_runs[0]["rounds"]), epoch_rounds):
+        for epoch in shown_epochs(len(arm_runs[0]["rounds"]) // epoch_rounds):
+            start = (epoch - 1) * epoch_rounds
             means = bin_means(arm_runs, start, epoch_rounds)
             rates, sizes = _epoch_rounds(arm_runs, start, epoch_rounds)
             seen = ~np.isnan(rates)
@@ -272,7 +277,7 @@ def _bin_rows(runs: dict, protocol: dict) -> list[str]:
             peak = names[int(np.nanargmax(means))] if np.isfinite(means).any() else ""
             weighted = np.average(rates[seen], weights=sizes[seen]) if seen.any() else np.nan
             rows.append(
-                f"| `{arm}` | {start // epoch_rounds + 1} | {_epoch_mean(failure, start, epoch_rounds)} | {cells} | "
+                f"| `{arm}` | {epoch} | {_epoch_mean(failure, start, epoch_rounds)} | {cells} | "
                 f"{peak} | {weighted:.3f} | {np.mean(rates[seen]) if seen.any() else np.nan:.3f} |"
             )
     return rows
@@ -311,14 +316,15 @@ def plot_budget(runs: dict, protocol: dict, path: str) -> None:
     arms = [arm for arm in runs if arm not in UNIFORM_ARMS]
     figure, axes = plt.subplots(1, len(arms), figsize=(3.2 * len(arms), 3.3), sharey=True, squeeze=False)
     centers = [(low + high) / 2 for low, high in zip(PASS_RATE_EDGES[:-1], PASS_RATE_EDGES[1:], strict=True)]
-    epochs = range(1, len(runs[arms[0]][0]["rounds"]) // epoch_rounds) if arms else ()
+    epochs = shown_epochs(len(runs[arms[0]][0]["rounds"]) // epoch_rounds) if arms else []
     colors = plt.get_cmap("plasma")
     for axis, arm in zip(axes[0], arms, strict=True):
         failure = [round_series(r, "coba/failure_rate") for r in runs[arm]]
-        for epoch in epochs:
-            means = bin_means(runs[arm], epoch * epoch_rounds, epoch_rounds)
-            label = f"epoch {epoch + 1}, F {_epoch_mean(failure, epoch * epoch_rounds, epoch_rounds)}"
-            axis.plot(centers, means, marker="o", color=colors(epoch / (len(epochs) + 1)), label=label)
+        for index, epoch in enumerate(epochs):
+            start = (epoch - 1) * epoch_rounds
+            means = bin_means(runs[arm], start, epoch_rounds)
+            label = f"epoch {epoch}, F {_epoch_mean(failure, start, epoch_rounds)}"
+            axis.plot(centers, means, marker="o", color=colors(index / (len(epochs) + 1)), label=label)
         axis.set(title=arm, xlabel="pooled pass rate S_i / N_i")
         axis.grid(alpha=0.3)
         if len(epochs):  # no epoch after the first (a short run): nothing drawn, no legend
@@ -442,6 +448,10 @@ def write_report(output_dir: str, docs_dir: str = "docs", name: str = "results")
         *_budget_rows(runs, protocol, before, num_levels),
         "",
         "### Budget by pooled pass rate S_i / N_i per epoch (mean group size, seeds pooled) and F_t",
+        "",
+        "*p per rollout*: rollout-weighted mean of the prompts' S_i / N_i; *p per prompt*: its plain mean (the first "
+        "below the second: the budget leans to hard prompts). Epochs after 6 are shown every 4th.",
+        "",
         *_bin_rows(runs, protocol),
         "",
         f"![budget by pass rate]({prefix}_budget_by_pass_rate.png)",
