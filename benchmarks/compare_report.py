@@ -31,6 +31,11 @@ COLORS = {
     "coba_blow4": "tab:brown",
 }
 UNIFORM_ARMS = ("grpo", "grpo_2x")
+COMPARISONS = (  # (arm, baseline); pairs of arms a study lacks are skipped
+    *((arm, "grpo") for arm in ("knapsack", "coba", "coba_paper", "coba_explore_first", "coba_prior2", "coba_blow4")),
+    *((arm, "knapsack") for arm in ("coba", "coba_paper", "coba_prior2", "coba_blow4")),
+    *((arm, "coba") for arm in ("coba_paper", "coba_explore_first", "coba_prior2", "coba_blow4")),
+)
 
 
 def load_runs(output_dir: str, arm_order) -> dict[str, list[dict]]:
@@ -310,6 +315,50 @@ def _paired_rows(runs: dict, baseline: str = "grpo") -> list[str]:
     return rows
 
 
+def _regime_rows(runs: dict, protocol: dict) -> list[str]:
+    """The regime gate per arm and seed: F_t of round 1, mean F_t over epoch 1 and over the last epoch."""
+    epoch_rounds = protocol["num_train_prompts"] // protocol["prompts_per_round"]
+    rows = [
+        "| arm | seed | F_t round 1 | F_t epoch 1 | F_t last epoch | start > 0.5 and end <= 0.35 |",
+        "|---|---|---|---|---|---|",
+    ]
+    for arm, arm_runs in runs.items():
+        for run in arm_runs:
+            failure = round_series(run, "coba/failure_rate")
+            if failure.size < 2 * epoch_rounds:
+                continue
+            first, epoch, last = failure[0], failure[:epoch_rounds].mean(), failure[-epoch_rounds:].mean()
+            met = "yes" if min(first, epoch) > 0.5 and last <= 0.35 else "no"
+            rows.append(f"| `{arm}` | {run['seed']} | {first:.2f} | {epoch:.2f} | {last:.2f} | {met} |")
+    return rows
+
+
+def verdict(differences: np.ndarray) -> str:
+    """The pre-registered rule: ahead on average and on all but at most one seed of 4 or more (all of 3 or fewer)."""
+    needed = len(differences) - 1 if len(differences) >= 4 else len(differences)
+    if differences.mean() > 0 and (differences > 0).sum() >= needed:
+        return "beats"
+    if differences.mean() < 0 and (differences < 0).sum() >= needed:
+        return "loses to"
+    return "no difference shown against"
+
+
+def _decision_rows(runs: dict, comparisons) -> list[str]:
+    """Each pre-registered comparison of final greedy accuracy, paired by seed, and the rule's verdict."""
+    rows = ["| comparison | paired differences (final greedy) | mean | verdict |", "|---|---|---|---|"]
+    for arm, baseline in comparisons:
+        if arm not in runs or baseline not in runs:
+            continue
+        reference = {r["seed"]: r["final_accuracy"] for r in runs[baseline]}
+        diffs = np.array([r["final_accuracy"] - reference[r["seed"]] for r in runs[arm] if r["seed"] in reference])
+        if diffs.size:
+            rows.append(
+                f"| `{arm}` vs `{baseline}` | {', '.join(f'{d:+.3f}' for d in diffs)} | {diffs.mean():+.3f} | "
+                f"`{arm}` {verdict(diffs)} `{baseline}` |"
+            )
+    return rows
+
+
 def plot_budget(runs: dict, protocol: dict, path: str) -> None:
     """Mean group size by pooled pass-rate bin, one line per epoch (legend: its F_t): does the peak move?"""
     epoch_rounds = protocol["num_train_prompts"] // protocol["prompts_per_round"]
@@ -424,6 +473,12 @@ def write_report(output_dir: str, docs_dir: str = "docs", name: str = "results")
         f"({protocol['conversion_samples']} samples each); training prompts right by greedy decoding "
         f"{np.mean(before['train_greedy_correct']):.3f}; held-out sampled accuracy (avg@"
         f"{protocol['conversion_samples']}, temperature 1.0) {np.mean(before['heldout_sampled']):.3f}.",
+        "",
+        "### Regime check (F_t logged by each arm's allocator)",
+        *_regime_rows(runs, protocol),
+        "",
+        "### Pre-registered comparisons (final held-out greedy accuracy, paired by seed)",
+        *_decision_rows(runs, COMPARISONS),
         "",
         "### Summary per arm",
         *_summary_rows(runs, protocol),

@@ -5,6 +5,7 @@ import json
 import os
 import sys
 
+import numpy as np
 import pytest
 
 BENCHMARKS = os.path.join(os.path.dirname(__file__), "..", "benchmarks")
@@ -55,3 +56,14 @@ def test_quick_study_pilots_runs_and_reports_its_own_section(tmp_path):
     report = open(os.path.join(docs_dir, "results.md")).read()
     assert "kept" in report and all(f"`{arm}`" in report for arm in arms)
     assert os.path.getsize(os.path.join(docs_dir, "regime_budget_by_pass_rate.png")) > 0
+
+
+def test_the_pre_registered_verdict_needs_four_of_five_seeds_or_three_of_three():
+    sys.path.insert(0, BENCHMARKS)
+    from compare_report import shown_epochs, verdict
+
+    assert verdict(np.array([0.02, 0.01, 0.03, -0.01, 0.02])) == "beats"
+    assert verdict(np.array([0.05, 0.04, -0.01, -0.01, 0.02])) == "no difference shown against"
+    assert verdict(np.array([-0.02, -0.01, -0.03])) == "loses to"
+    assert verdict(np.array([0.02, 0.01, -0.001])) == "no difference shown against"
+    assert shown_epochs(5) == [2, 3, 4, 5] and shown_epochs(20) == [2, 3, 4, 5, 6, 10, 14, 18, 20]
