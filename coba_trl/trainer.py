@@ -346,8 +346,12 @@ class CoBAGRPOTrainer(GRPOTrainer):
             history.update(prompt_ids, screened, np.full(len(prompt_ids), self.args.min_generations))
         pass_rates = history.pass_rates(prompt_ids, prior=prior)
         total = self.args.generation_batch_size
-        # The released CoBA fallback can strand a few units at B_up (`coba/unallocated`); a round spends them all.
-        group_sizes = fill_to_budget(self.allocator.allocate(pass_rates, total), total, self.args.max_generations)
+        group_sizes = np.asarray(self.allocator.allocate(pass_rates, total), dtype=np.int64)
+        # The released CoBA fallback can strand a few units at B_up and reports them as `unallocated`; only those
+        # are topped up, so an allocator that under-spends without saying so is still refused in `_plan_round`.
+        stranded = self.allocator.metrics().get("unallocated") or 0
+        if stranded and math.isfinite(stranded):
+            group_sizes = fill_to_budget(group_sizes, int(group_sizes.sum()) + int(stranded), self.args.max_generations)
         extra = {}
         if self.args.zero_variance_groups == "rescue":
             floor = self.args.min_generations

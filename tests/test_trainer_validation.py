@@ -106,6 +106,18 @@ def test_an_allocation_that_does_not_spend_the_round_is_refused(tmp_path, model_
         trainer.train()
 
 
+def test_units_the_allocator_reports_as_stranded_are_topped_up(tmp_path, model_and_tokenizer):
+    # The released CoBA even pass can strand units at B_up and says so in `unallocated`; the round still spends
+    # generation_batch_size rows, the stranded units going round-robin in batch order to prompts with room.
+    trainer = _build(tmp_path, model_and_tokenizer)
+    trainer.args.max_steps = 1
+    trainer.allocator.allocate = lambda pass_rates, total_budget: np.array([3, 1])
+    trainer.allocator.metrics = lambda: {"unallocated": 4.0}
+    trainer.train()
+    logs = trainer.state.log_history[0]
+    assert (logs["budget/min"], logs["budget/max"]) == (3, 5)
+
+
 def test_untested_trl_versions_fail_loudly():
     check_trl_version("1.16.0")
     check_trl_version("1.16.9")
