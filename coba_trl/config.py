@@ -43,6 +43,10 @@ class CoBAConfig(GRPOConfig):
             `"drop"` (left out of the loss and its token normalisation, as DAPO's filter does) or, with
             `two_phase_rounds`, `"rescue"` (phase 2 first gives each group that was all-equal in phase 1 another
             `min_generations` completions, taken from the largest other groups).
+        log_allocations (`bool`, *optional*, defaults to `True`):
+            Write one JSON line per generation round to `<output_dir>/coba_rounds.jsonl` (process 0): the prompts, the
+            pass rates and allocator state the allocation used, phase-1 results, the group sizes and the successes
+            (`coba_trl.round_log`). A resumed run continues the file of the run it resumes.
 
         > Parameters that control the capability estimate of CoBA-RL
 
@@ -117,6 +121,13 @@ class CoBAConfig(GRPOConfig):
             "help": "Groups whose completions are all rewarded alike: 'keep', 'drop' (out of the loss and its "
             "normalisation) or 'rescue' (with two_phase_rounds: more completions in phase 2).",
             "choices": list(ZERO_VARIANCE_MODES),
+        },
+    )
+    log_allocations: bool = field(
+        default=True,
+        metadata={
+            "help": "Write each round's allocation (prompts, pass rates, allocator state, group sizes, successes) as "
+            "one JSON line to <output_dir>/coba_rounds.jsonl."
         },
     )
     coba_kappa: float = field(

@@ -39,6 +39,7 @@ from coba_trl.compat import check_trl_compatibility
 from coba_trl.config import CoBAConfig
 from coba_trl.grouping import deal_groups, expected_length_weight
 from coba_trl.phases import all_equal_groups, drop_rows, merge_phase_outputs, rescue_counts
+from coba_trl.round_log import RoundLog, finite, plain
 from coba_trl.sampling import RoundSampler
 from coba_trl.telemetry import budget_metrics
 from coba_trl.validation import (
@@ -66,6 +67,7 @@ def destroy_process_group_at_exit() -> None:
     """
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         torch.distributed.destroy_process_group()
+
 
 __all__ = ["STATE_FILE", "CoBAGRPOTrainer", "Phase", "RoundPlan"]
 
@@ -163,6 +165,13 @@ class CoBAGRPOTrainer(GRPOTrainer):
         self._prompt_texts = None  # the train set's prompt column, to check rows against the sampler's schedule
         self._current_round: dict | None = None  # the round in progress, saved with every checkpoint
         self._replay_round: dict | None = None  # the round a resumed checkpoint was saved inside of
+        self._round_log = RoundLog(args.output_dir) if args.log_allocations else None
+        self._round_log_started = False  # per train() call: a resume keeps the earlier rounds, a fresh run does not
+        self._round_record: dict | None = None  # process 0: the round being generated, written once it is scored
+
+    def train(self, *args, **kwargs):
+        self._round_log_started = False
+        return super().train(*args, **kwargs)
 
     def _set_signature_columns_if_needed(self):
         # Keep the prompt-id and prior columns when `remove_unused_columns=True`.
@@ -291,7 +300,8 @@ class CoBAGRPOTrainer(GRPOTrainer):
             metrics["coba/rescued_with_spread"].append((was_equal & ~zero_spread).sum().item())
         self._log_round(rewards, advantages, group_ids, num_groups, zero_spread, len(phases))
         if plan.observe:
-            self._observe_round(rewards, group_ids.cpu().numpy(), plan)
+            successes = self._observe_round(rewards, group_ids.cpu().numpy(), plan)
+            self._write_round_record(successes)
         return output
 
     def _round_prompt_ids(self, local_prompts: list[dict], prompts: list[dict]) -> list:
@@ -346,13 +356,16 @@ class CoBAGRPOTrainer(GRPOTrainer):
             history.update(prompt_ids, screened, np.full(len(prompt_ids), self.args.min_generations))
         pass_rates = history.pass_rates(prompt_ids, prior=prior)
         total = self.args.generation_batch_size
-        group_sizes = np.asarray(self.allocator.allocate(pass_rates, total), dtype=np.int64)
+        allocated = np.asarray(self.allocator.allocate(pass_rates, total), dtype=np.int64)
+        group_sizes = allocated
         # The released CoBA fallback can strand a few units at B_up and reports them as `unallocated`; only those
         # are topped up, so an allocator that under-spends without saying so is still refused in `_plan_round`.
         stranded = self.allocator.metrics().get("unallocated") or 0
         if stranded and math.isfinite(stranded):
-            group_sizes = fill_to_budget(group_sizes, int(group_sizes.sum()) + int(stranded), self.args.max_generations)
-        extra = {}
+            group_sizes = fill_to_budget(
+                group_sizes, int(group_sizes.sum()) + int(stranded), self.args.max_generations
+            )
+        extra, rescued = {}, None
         if self.args.zero_variance_groups == "rescue":
             floor = self.args.min_generations
             rescued = all_equal_groups(screened, floor)
@@ -367,6 +380,19 @@ class CoBAGRPOTrainer(GRPOTrainer):
         metrics.update(budget_metrics(group_sizes, pass_rates), **extra)
         metrics["coba/allocation_time"] = elapsed
         metrics["coba/prompts_with_history"] = float(len(self.pass_rate_history))
+        self._round_record = {
+            "micro_step": self._step,
+            "global_step": self.state.global_step,
+            "prompt_ids": list(prompt_ids),
+            "prior_pass_rates": plain(prior),
+            "screen_rollouts": None if screened is None else self.args.min_generations,
+            "screen_successes": plain(screened),
+            "pass_rates": plain(pass_rates),
+            "allocator": finite(self.allocator.metrics()),
+            "allocated": plain(allocated),
+            "group_sizes": plain(group_sizes),
+            "rescued": plain(rescued),
+        }
         return group_sizes, pass_rates, metrics
 
     def _log_round(self, rewards, advantages, group_ids, num_groups, zero_spread, num_phases):
@@ -406,8 +432,9 @@ class CoBAGRPOTrainer(GRPOTrainer):
         success = np.nan_to_num(scores, nan=-np.inf) >= self.args.success_threshold
         return np.bincount(np.asarray(group_ids), weights=success, minlength=num_groups).astype(np.int64)
 
-    def _observe_round(self, rewards: torch.Tensor, group_ids: np.ndarray, plan: RoundPlan) -> None:
-        """Update the pass-rate history and the capability estimate from the round's gathered correctness.
+    def _observe_round(self, rewards: torch.Tensor, group_ids: np.ndarray, plan: RoundPlan) -> np.ndarray:
+        """Update the pass-rate history and the capability estimate from the round's gathered correctness; returns
+        the successes per group.
 
         Every process sees the same gathered rewards, so every process updates identically. A prompt listed twice in
         a round (duplicate rows) is one appearance with the summed counts.
@@ -420,6 +447,17 @@ class CoBAGRPOTrainer(GRPOTrainer):
             merged[prompt_id] = (previous[0] + int(wins), previous[1] + int(tries))
         wins, tries = (np.array(column, dtype=np.int64) for column in zip(*merged.values(), strict=True))
         self.allocator.observe(wins / tries)
+        return successes
+
+    def _write_round_record(self, successes: np.ndarray) -> None:
+        """Process 0: complete the round's allocation record with its successes and append it to the log."""
+        record, self._round_record = self._round_record, None
+        if self._round_log is None or record is None:
+            return
+        if not self._round_log_started:
+            self._round_log.start()
+            self._round_log_started = True
+        self._round_log.write({**record, "successes": plain(successes)})
 
     def _coba_state(self) -> dict:
         return {
@@ -449,6 +487,10 @@ class CoBAGRPOTrainer(GRPOTrainer):
             return
         self.allocator.load_state_dict(state["allocator"])
         self.pass_rate_history.load_state_dict(state["pass_rate_history"])
+        if self._round_log is not None and self.is_world_process_zero():
+            # Keep the rounds that started before the checkpoint (all of them for a checkpoint without a micro-step).
+            self._round_log.start(resume_micro_step=state.get("micro_step", math.inf))
+            self._round_log_started = True
         if "micro_step" not in state:  # saved by coba-trl 0.1: round boundaries and the round in progress unknown
             logger.warning(f"{checkpoint} predates exact resume: a round interrupted by it is allocated afresh.")
             return

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from coba_trl.round_log import read_rounds
+
 SCRIPT = Path(__file__).parent / "scripts" / "tiny_coba.py"
 
 
@@ -37,6 +39,20 @@ def test_three_prompts_per_round_over_two_processes(tmp_path):
     assert ranks[0]["allocator"] == ranks[1]["allocator"]
     seen = [tries for _, appearances in ranks[0]["history"]["records"] for _, tries in appearances]
     assert sum(seen) == 36 and max(seen) == 9  # the scripted group sizes reach the history (window 3 keeps all)
+    # Row alignment: every process's rows carry their own group's advantages. Pooled over both processes, each
+    # prompt has its planned number of rows, rows rewarded alike share one advantage, a better reward gets a higher
+    # one, and a group's advantages sum to 0.
+    for round_index, (ids, sizes) in enumerate(ranks[0]["rounds"]):
+        rows = ranks[0]["local_rows"][round_index] + ranks[1]["local_rows"][round_index]
+        assert sum(reward for _, reward, _ in rows) == sum(r[0] for r in ranks[0]["rewards"][round_index])
+        for uid, size in zip(ids, sizes, strict=True):
+            group = [(reward, advantage) for prompt, reward, advantage in rows if prompt == f"Question {uid[1:]}:"]
+            assert len(group) == size
+            by_reward = {reward: {round(a, 5) for r, a in group if r == reward} for reward, _ in group}
+            assert all(len(advantages) == 1 for advantages in by_reward.values())
+            if len(by_reward) == 2:
+                assert by_reward[1.0].pop() > 0 > by_reward[0.0].pop()
+            assert abs(sum(advantage for _, advantage in group)) < 1e-4
 
 
 @pytest.mark.slow
@@ -64,3 +80,8 @@ def test_two_phase_rounds_agree_over_two_processes(tmp_path):
     assert ranks[0]["rewards"] == ranks[1]["rewards"]
     assert ranks[0]["history"] == ranks[1]["history"] and ranks[0]["allocator"] == ranks[1]["allocator"]
     assert all(sum(sizes) == 12 and min(sizes) >= 2 for _, sizes in ranks[0]["rounds"])
+    # process 0 wrote the allocation log: the same plans, one line per round
+    logged = read_rounds(str(tmp_path))
+    assert [[str(i) for i in r["prompt_ids"]] for r in logged] == [ids for ids, _ in ranks[0]["rounds"]]
+    assert [r["group_sizes"] for r in logged] == [sizes for _, sizes in ranks[0]["rounds"]]
+    assert all(len(r["screen_successes"]) == 3 for r in logged)

@@ -15,8 +15,9 @@ from scripts.tiny_coba import (
 )
 
 from coba_trl import CoBAConfig, CoBAGRPOTrainer
-from coba_trl.allocation import CoBAAllocator
+from coba_trl.allocation import CoBAAllocator, coba_allocate
 from coba_trl.phases import merge_phase_outputs, rescue_counts
+from coba_trl.round_log import read_rounds
 
 
 def _trainer(tmp_path, reward=parity_reward, **overrides):
@@ -157,3 +158,21 @@ def test_phase_outputs_merge_with_their_padding():
 def test_rescue_needs_two_phases():
     with pytest.raises(ValueError, match="two_phase_rounds=True"):
         CoBAConfig(output_dir="unused", zero_variance_groups="rescue", **TINY_ARGS)
+
+
+def test_the_allocation_log_lets_anyone_recompute_two_phase_allocations(tmp_path):
+    # Window 1, no prior: a two-phase estimate is the screening alone, S / min_generations; the CoBA counts then
+    # follow from the logged alpha_t, beta_t with the released defaults.
+    trainer = _trainer(tmp_path, reward=step_reward, max_steps=3)
+    trainer.train()
+    records = read_rounds(str(tmp_path))
+    assert [r["micro_step"] for r in records] == [0, 1, 2] and records[0]["screen_rollouts"] == 2
+    for record in records:
+        screened = np.array(record["screen_successes"]) / record["screen_rollouts"]
+        np.testing.assert_array_equal(record["pass_rates"], screened)
+        alpha, beta = record["allocator"]["alpha"], record["allocator"]["beta"]
+        counts, _ = coba_allocate(screened, 16, alpha, beta, 2, 128)
+        assert record["allocated"] == record["group_sizes"] == counts.tolist()
+        assert sum(record["group_sizes"]) == 16 and record["rescued"] is None
+        # successes over the whole group: step_reward makes a prompt all-right or all-wrong at a given step
+        assert all(s in (0, n) for s, n in zip(record["successes"], record["group_sizes"], strict=True))

@@ -14,6 +14,7 @@ from scripts.tiny_coba import TINY_ARGS, RoundRecorder, prompt_dataset, step_rew
 
 from coba_trl import CoBAConfig, CoBAGRPOTrainer
 from coba_trl.checkpoint import STATE_FILE, load_state, save_state
+from coba_trl.round_log import ROUNDS_FILE, read_rounds
 
 
 def _trainer(output_dir, dataset, **overrides):
@@ -81,6 +82,22 @@ def test_resume_inside_a_two_phase_round(tmp_path, zero_variance_groups):
         two_phase_rounds=True,
         zero_variance_groups=zero_variance_groups,
     )
+
+
+def test_a_run_resumed_in_its_folder_writes_the_allocation_log_of_the_uninterrupted_run(tmp_path):
+    # The log keeps the rounds that started before checkpoint-3 (round 1 is in progress there and is not written
+    # twice) and the resumed run appends the rest: the file ends as the uninterrupted run left it.
+    overrides = dict(
+        steps_per_generation=2, prompt_id_column="uid", two_phase_rounds=True, zero_variance_groups="rescue"
+    )
+    dataset = prompt_dataset(8, repeats=2)
+    _trainer(tmp_path, dataset, **overrides).train()
+    uninterrupted = (tmp_path / ROUNDS_FILE).read_text()
+    assert len(uninterrupted.splitlines()) == 4
+    _trainer(tmp_path, dataset, **overrides).train(resume_from_checkpoint=str(tmp_path / "checkpoint-3"))
+    assert (tmp_path / ROUNDS_FILE).read_text() == uninterrupted
+    _trainer(tmp_path, dataset, **overrides, max_steps=2).train()  # a fresh run in the same folder starts anew
+    assert [r["micro_step"] for r in read_rounds(str(tmp_path))] == [0]
 
 
 def test_resume_with_iterations_and_gradient_accumulation(tmp_path):

@@ -65,9 +65,20 @@ class Recorder:
             self.rewards.append(rewards.clone())
             return rewards
 
+        self.local_rows = []  # per round: (prompt text, completion parity, advantage) of this process's rows
+        tokenizer = trainer.processing_class
+
         def record_advantages(inputs):
             output = generate(inputs)
             self.advantages.append(output["advantages"].clone())
+            if trainer.model.training:
+                prompts = tokenizer.batch_decode(output["prompt_ids"], skip_special_tokens=True)
+                completions = [
+                    tokenizer.decode(ids[mask.bool()], skip_special_tokens=True)
+                    for ids, mask in zip(output["completion_ids"], output["completion_mask"], strict=True)
+                ]
+                parity = parity_reward(completions)
+                self.local_rows.append(list(zip(prompts, parity, output["advantages"].tolist(), strict=True)))
             return output
 
         trainer._calculate_rewards = record_rewards
@@ -148,6 +159,7 @@ def main(out_dir: str, mode: str = "scripted", resume_from: str | None = None) -
                 "rows": [len(a) for a in recorder.advantages],
                 "rewards": [r.tolist() for r in recorder.rewards],
                 "rounds": rounds.rounds,
+                "local_rows": recorder.local_rows,
                 "history": trainer.pass_rate_history.state_dict(),
                 "allocator": trainer.allocator.state_dict(),
                 "global_step": trainer.state.global_step,

@@ -1,0 +1,80 @@
+"""The allocation log: one JSON line per generation round in `<output_dir>/coba_rounds.jsonl` (process 0 writes it).
+
+Each line holds what the round's allocation was computed from and what it decided, so anyone can recompute it
+independently (for instance with `coba_trl.allocation.coba_allocate` and the logged `alpha` / `beta`) and compare
+runs round by round:
+
+- `micro_step`, `global_step`: where the round started (TRL's micro-step counter and optimizer step);
+- `prompt_ids`: the round's distinct prompts in batch order (dataset row indices without `prompt_id_column`);
+- `prior_pass_rates`: the offline priors (`prior_pass_rate_column`), `null` without that column;
+- `screen_rollouts`, `screen_successes`: with `two_phase_rounds`, the phase-1 completions per prompt and their
+  successes (`null` otherwise);
+- `pass_rates`: the estimates the allocator received (history + prior, and phase 1's results with two phases;
+  `null` = unseen);
+- `allocator`: the allocator's metrics for this decision: F_t and the smoothed F_bar it used, `alpha` / `beta` for
+  CoBA, and what it reported (`unallocated`, band counts, ...);
+- `allocated`: the allocator's counts as returned; `group_sizes`: the round's final group sizes (after the top-up of
+  stranded units and, with `rescue`, the rescue); `rescued`: the rescued prompts (`null` unless `rescue`);
+- `successes`: successes per prompt over the whole group (all phases), the values the pass-rate history recorded.
+
+A run resumed from a checkpoint keeps the lines of the rounds that started before the checkpoint and continues the
+file; the round it regenerates (same plan, not observed again) is not written twice. So the file of a resumed run has
+the same plans as the file of the run it continues. A fresh run starts a new file.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+
+import numpy as np
+
+ROUNDS_FILE = "coba_rounds.jsonl"
+
+
+def plain(values) -> list | None:
+    """A JSON-ready list: numpy scalars as Python numbers, NaN as null; None stays None."""
+    if values is None:
+        return None
+    out = []
+    for value in np.asarray(values).tolist() if isinstance(values, np.ndarray) else values:
+        out.append(None if isinstance(value, float) and math.isnan(value) else value)
+    return out
+
+
+def finite(metrics: dict) -> dict:
+    """The finite numeric entries of an allocator's metrics (NaN = not computed this round)."""
+    return {key: float(value) for key, value in metrics.items() if value is not None and math.isfinite(value)}
+
+
+class RoundLog:
+    """Appends round records to `directory/coba_rounds.jsonl`; `start` decides between a fresh and a resumed file."""
+
+    def __init__(self, directory: str):
+        self.path = os.path.join(directory, ROUNDS_FILE)
+
+    def start(self, resume_micro_step: int | None = None) -> None:
+        """A fresh run empties the file; a resumed one keeps the rounds that started before `resume_micro_step`."""
+        os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
+        kept = []
+        if resume_micro_step is not None and os.path.exists(self.path):
+            with open(self.path) as f:
+                kept = [line for line in f if line.strip() and json.loads(line)["micro_step"] < resume_micro_step]
+        temporary = f"{self.path}.tmp"
+        with open(temporary, "w") as f:
+            f.writelines(kept)
+        os.replace(temporary, self.path)
+
+    def write(self, record: dict) -> None:
+        with open(self.path, "a") as f:
+            f.write(json.dumps(record) + "\n")
+
+
+def read_rounds(directory_or_file: str) -> list[dict]:
+    """The records of an allocation log (a run's output_dir or the file itself), in round order."""
+    path = directory_or_file
+    if os.path.isdir(path):
+        path = os.path.join(path, ROUNDS_FILE)
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
