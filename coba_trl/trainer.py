@@ -38,6 +38,7 @@ from coba_trl.checkpoint import STATE_FILE, encode_round, load_state, save_state
 from coba_trl.compat import check_trl_compatibility
 from coba_trl.config import CoBAConfig
 from coba_trl.grouping import deal_groups, expected_length_weight
+from coba_trl.model_card import complete_model_card
 from coba_trl.phases import all_equal_groups, drop_rows, merge_phase_outputs, rescue_counts
 from coba_trl.round_log import RoundLog, finite, plain
 from coba_trl.sampling import RoundSampler
@@ -172,6 +173,14 @@ class CoBAGRPOTrainer(GRPOTrainer):
     def train(self, *args, **kwargs):
         self._round_log_started = False
         return super().train(*args, **kwargs)
+
+    def create_model_card(self, model_name=None, dataset_name=None, tags=None):
+        """TRL's card, completed with a real title and usage example and the CoBA settings (`coba_trl.model_card`).
+
+        `push_to_hub` calls this too, so a pushed card is always complete; `complete_model_card` can add results later.
+        """
+        super().create_model_card(model_name=model_name, dataset_name=dataset_name, tags=tags)
+        complete_model_card(self, dataset_name=dataset_name)
 
     def _set_signature_columns_if_needed(self):
         # Keep the prompt-id and prior columns when `remove_unused_columns=True`.

@@ -33,7 +33,6 @@ from coba_trl.data import DAPO_HUB_ID, load_dapo_math
 from coba_trl.demo.config import DEMO_TRAINING_ARGS, DemoArguments
 from coba_trl.demo.run import run_demo
 from coba_trl.demo.task import make_problems, to_prompt_dataset
-from coba_trl.model_card import complete_model_card
 from coba_trl.rewards import boxed_accuracy_reward, dapo_accuracy_reward
 
 ARITHMETIC = "arithmetic"
@@ -146,8 +145,7 @@ def train(script_args: ScriptArguments, training_args: CoBAConfig, model_args: M
     trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     trainer.save_model(training_args.output_dir)
     trainer.save_state()  # trainer_state.json (the log history) for `python -m coba_trl.plot <output_dir>`
-    trainer.create_model_card(dataset_name=script_args.dataset_name)
-    complete_model_card(trainer, dataset_name=script_args.dataset_name)
+    trainer.create_model_card(dataset_name=script_args.dataset_name)  # TRL's card, completed with the CoBA settings
     trainer.accelerator.print(f"Model and model card saved to {training_args.output_dir}.")
     if training_args.push_to_hub:
         trainer.push_to_hub(dataset_name=script_args.dataset_name)

@@ -34,8 +34,8 @@ def tiny_trainer(output_dir, **overrides) -> CoBAGRPOTrainer:
 
 def test_card_of_a_model_built_in_memory_names_it_and_lists_the_coba_settings(tmp_path):
     trainer = tiny_trainer(tmp_path, budget_allocator="knapsack", max_generations=6)
-    trainer.create_model_card(dataset_name="my arithmetic set")
-    assert "Model Card for None" in (tmp_path / "README.md").read_text()
+    trainer.create_model_card(dataset_name="my arithmetic set")  # completes the card: no "None" in it any more
+    assert "Model Card for None" not in (tmp_path / "README.md").read_text()
     complete_model_card(trainer, "my arithmetic set", results={"held-out accuracy": "0.2 -> 0.6"})
     card = (tmp_path / "README.md").read_text()
     assert f"# Model Card for {tmp_path}" in card and "huggingface.co/None" not in card and 'model="None"' not in card
@@ -50,7 +50,6 @@ def test_card_of_a_model_built_in_memory_names_it_and_lists_the_coba_settings(tm
 def test_completing_twice_gives_the_same_card_and_hub_ids_are_linked(tmp_path):
     trainer = tiny_trainer(tmp_path, hub_model_id="me/tiny-coba")
     trainer.create_model_card(dataset_name="me/sums")
-    complete_model_card(trainer, "me/sums")  # what a hook in create_model_card does
     complete_model_card(trainer, "me/sums", {"accuracy": "0.5"}, base_model="a tiny model")  # then a script
     first = (tmp_path / "README.md").read_text()
     complete_model_card(trainer, "me/sums", {"accuracy": "0.5"}, base_model="a tiny model")
