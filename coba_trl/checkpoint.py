@@ -14,6 +14,10 @@ import math
 import os
 import tempfile
 
+import numpy as np
+
+from coba_trl.allocation.history import prompt_id_from_json
+
 STATE_FILE = "coba_state.json"
 STATE_VERSION = 2
 
@@ -25,6 +29,14 @@ def encode_round(prompt_ids: list, group_sizes, pass_rates) -> dict:
         "group_sizes": [int(size) for size in group_sizes],
         "pass_rates": [None if math.isnan(rate) else float(rate) for rate in pass_rates],
     }
+
+
+def decode_round(saved: dict, prompt_ids: list) -> tuple[np.ndarray, np.ndarray] | None:
+    """The (group sizes, pass rates) of a saved round plan when it is the plan for `prompt_ids`, else None."""
+    if [prompt_id_from_json(i) for i in saved["prompt_ids"]] != list(prompt_ids):
+        return None
+    pass_rates = np.array([np.nan if rate is None else rate for rate in saved["pass_rates"]], dtype=np.float64)
+    return np.asarray(saved["group_sizes"], dtype=np.int64), pass_rates
 
 
 def save_state(directory: str, state: dict) -> None:

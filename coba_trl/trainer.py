@@ -33,8 +33,7 @@ from trl.trainer.utils import nanstd
 
 from coba_trl.advantages import group_advantages, segment_nanmean, zero_spread_groups
 from coba_trl.allocation import fill_to_budget
-from coba_trl.allocation.history import prompt_id_from_json
-from coba_trl.checkpoint import STATE_FILE, encode_round, load_state, save_state
+from coba_trl.checkpoint import STATE_FILE, decode_round, encode_round, load_state, save_state
 from coba_trl.compat import check_trl_compatibility
 from coba_trl.config import CoBAConfig
 from coba_trl.grouping import deal_groups, expected_length_weight
@@ -338,15 +337,14 @@ class CoBAGRPOTrainer(GRPOTrainer):
         replay, self._replay_round = self._replay_round, None
         if replay is None:
             return None
-        if [prompt_id_from_json(i) for i in replay["prompt_ids"]] != list(prompt_ids):
+        plan = decode_round(replay, prompt_ids)
+        if plan is None:
             logger.warning(
                 "The round in progress saved in the checkpoint has other prompts than the resumed round (was the "
                 "dataset, the seed or the batch layout changed?): allocating the resumed round afresh.",
                 main_process_only=True,
             )
-            return None
-        pass_rates = np.array([np.nan if rate is None else rate for rate in replay["pass_rates"]], dtype=np.float64)
-        return np.asarray(replay["group_sizes"], dtype=np.int64), pass_rates
+        return plan
 
     def _allocate(self, prompts: list[dict], prompt_ids: list, screened: np.ndarray | None = None):
         """Group sizes for the round's prompts from their pass rates (history, else prior, else unseen).
@@ -412,9 +410,9 @@ class CoBAGRPOTrainer(GRPOTrainer):
         mean over prompts instead: the quantity GRPO's `reward` measures (all its groups are equal), for comparing curves.
         """
         metrics = self._metrics["train"]
+        weighted = (rewards * self.reward_weights.to(rewards.device).unsqueeze(0)).nansum(dim=1)
         round_values = {"frac_reward_zero_std": zero_spread.float().mean().item()}
         if num_phases > 1:  # TRL logged each phase on its own: log the round as a whole instead
-            weighted = (rewards * self.reward_weights.to(rewards.device).unsqueeze(0)).nansum(dim=1)
             round_values.update(reward=torch.nanmean(weighted).item(), reward_std=nanstd(weighted).item())
             for column, name in enumerate(self.reward_func_names):
                 round_values[f"rewards/{name}/mean"] = torch.nanmean(rewards[:, column]).item()
@@ -426,8 +424,7 @@ class CoBAGRPOTrainer(GRPOTrainer):
         for _ in range(min(len(advantages), len(logged))):
             logged.pop()
         logged.extend(advantages.tolist())
-        weighted = (rewards * self.reward_weights.to(rewards.device).unsqueeze(0)).nansum(dim=1)
-        weighted[torch.isnan(rewards).all(dim=1)] = torch.nan
+        weighted[torch.isnan(rewards).all(dim=1)] = torch.nan  # TRL's `reward` above counts such rows as 0
         metrics["coba/reward_per_prompt"].append(
             torch.nanmean(segment_nanmean(weighted, group_ids, num_groups)).item()
         )
