@@ -58,8 +58,9 @@ class FakeClient:
         }
 
 
+@pytest.mark.parametrize("two_phase", [False, True], ids=["one-pass", "two-phase"])
 @pytest.mark.parametrize("mode", ["colocate", "server"])
-def test_vllm_gets_one_row_per_completion_with_n_1(tmp_path, monkeypatch, mode):
+def test_vllm_gets_one_row_per_completion_with_n_1(tmp_path, monkeypatch, mode, two_phase):
     model, tokenizer = tiny_model()
     engine = (FakeLLM if mode == "colocate" else FakeClient)(tokenizer.eos_token_id)
 
@@ -80,6 +81,7 @@ def test_vllm_gets_one_row_per_completion_with_n_1(tmp_path, monkeypatch, mode):
         max_steps=1,
         use_vllm=True,
         vllm_mode=mode,
+        two_phase_rounds=two_phase,
         **TINY_ARGS,
     )
     trainer = CoBAGRPOTrainer(
@@ -88,13 +90,20 @@ def test_vllm_gets_one_row_per_completion_with_n_1(tmp_path, monkeypatch, mode):
     trainer.allocator.allocate = lambda pass_rates, total_budget: np.array(SIZES)
     trainer.train()
 
-    (call,) = engine.calls
-    if mode == "colocate":
-        prompts, sampling_params = call
-        prompts, n = [tuple(p["prompt_token_ids"]) for p in prompts], sampling_params["n"]
+    calls = []
+    for call in engine.calls:
+        if mode == "colocate":
+            prompts, sampling_params = call
+            calls.append(([tuple(p["prompt_token_ids"]) for p in prompts], sampling_params["n"]))
+        else:
+            calls.append(([tuple(p) for p in call[0]], call[1]))
+    assert all(n == 1 for _, n in calls)
+    assert sum(len(prompts) for prompts, _ in calls) == args.generation_batch_size == sum(SIZES)
+    if two_phase:  # one screening row per prompt (min_generations 1), then the rest of each group in a second call
+        (screening, _), (rest, _) = calls
+        assert sorted(Counter(screening).values()) == [1, 1, 1, 1]
+        assert sorted(Counter(rest).values()) == sorted(size - 1 for size in SIZES if size > 1)
     else:
-        prompts, n = [tuple(p) for p in call[0]], call[1]
-    assert n == 1
-    assert len(prompts) == args.generation_batch_size // trainer.accelerator.num_processes == sum(SIZES)
-    assert sorted(Counter(prompts).values()) == sorted(SIZES)
+        ((prompts, _),) = calls
+        assert sorted(Counter(prompts).values()) == sorted(SIZES)
     assert trainer.state.global_step == 1
