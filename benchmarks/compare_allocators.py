@@ -97,6 +97,8 @@ class Study:
     quick: dict
     output_dir: str
     title: str
+    # Extra report sections a study asks for (compare_report.EXTRA_SECTIONS), e.g. ("wall_time", "phases").
+    report_extras: tuple = ()
 
 
 STUDY = Study("results", PROTOCOL, ARMS, QUICK, OUTPUT_DIR, "first study")
@@ -297,16 +299,30 @@ def run_arm(protocol: dict, arms: dict, arm: str, seed: int, output_dir: str, pi
     from transformers.trainer_callback import PrinterCallback
 
     from coba_trl.demo.accuracy import heldout_accuracy
-    from coba_trl.demo.run import HeldoutAccuracyCallback, generation_rounds
+    from coba_trl.demo.run import generation_rounds
     from coba_trl.demo.task import to_prompt_dataset
     from coba_trl.rewards import dapo_accuracy_reward
     from coba_trl.tiny import build_byte_tokenizer
     from coba_trl.trainer import CoBAGRPOTrainer
 
     class RecordingTrainer(CoBAGRPOTrainer):
-        """Keeps every round's prompt ids, group sizes and historical pass rates (budget by difficulty over time)."""
+        """Keeps every round's prompt ids, group sizes and historical pass rates (budget by difficulty over time).
+
+        It also times each generation pass (`generation_times`: [global step, seconds of each phase]); timing only.
+        """
 
         rounds: list
+        generation_times: list
+
+        def _generate_phase(self, *args, **kwargs):
+            phase_start = time.perf_counter()
+            phase = super()._generate_phase(*args, **kwargs)
+            seconds = round(time.perf_counter() - phase_start, 4)
+            if self.generation_times and self.generation_times[-1][0] == self.state.global_step:
+                self.generation_times[-1][1].append(seconds)  # the second phase of the same round
+            else:
+                self.generation_times.append([self.state.global_step, [seconds]])
+            return phase
 
         def _plan_round(self, *args, **kwargs):
             plan = super()._plan_round(*args, **kwargs)
@@ -326,16 +342,19 @@ def run_arm(protocol: dict, arms: dict, arm: str, seed: int, output_dir: str, pi
     model = Qwen2ForCausalLM.from_pretrained(warm_start_dir(output_dir))
     args = training_args(protocol, arms, arm, seed, output_dir)
     max_new = protocol["max_completion_length"]
+    training_clock, timed_heldout_accuracy = _timing_callbacks()
+    clock = training_clock()
     trainer = RecordingTrainer(
         model=model,
         reward_funcs=dapo_accuracy_reward,
         args=args,
         train_dataset=to_prompt_dataset(train),
         processing_class=tokenizer,
-        callbacks=[HeldoutAccuracyCallback(model, tokenizer, heldout, protocol["eval_steps"], max_new)],
+        callbacks=[clock, timed_heldout_accuracy(clock, model, tokenizer, heldout, protocol["eval_steps"], max_new)],
     )
     trainer.remove_callback(PrinterCallback)
     trainer.rounds = []
+    trainer.generation_times = []
     if arms[arm].get("explore_first"):
         trainer.allocator = explore_first_allocator(args)
     machine = machine_record()
@@ -345,6 +364,8 @@ def run_arm(protocol: dict, arms: dict, arm: str, seed: int, output_dir: str, pi
         rounds = [record for record in history if "budget/mean" in record]
         result = {"arm": arm, "seed": seed, "machine": machine, "wall_time_s": round(time.perf_counter() - start, 1)}
         result["cpu_time_s"] = round(time.process_time() - cpu_start, 1)
+        result["train_time_s"] = clock.steps[-1][1] if clock.steps else None  # without the held-out evaluations
+        result["generation_time_s"] = round(sum(sum(phases) for _, phases in trainer.generation_times), 1)
         result.update({key: [record.get(key) for record in rounds] for key in PILOT_SERIES})
         return _write(pilot_path(output_dir, arm, seed), result)
     final = heldout_accuracy(model, tokenizer, heldout, max_new)
@@ -367,6 +388,9 @@ def run_arm(protocol: dict, arms: dict, arm: str, seed: int, output_dir: str, pi
         "accuracy_curve": accuracy_curve,
         "log_history": [r for r in history if "loss" in r],
         "rounds": trainer.rounds,
+        # [step, seconds in train() without the held-out evaluations, their seconds so far] after every step
+        "step_times": clock.steps,
+        "generation_times": trainer.generation_times,  # [step, seconds of each generation phase] per round
         "train_pass_rates_after": sampled_pass_rates(model, tokenizer, train, protocol["conversion_samples"], max_new),
         "train_greedy_correct_after": sampled_pass_rates(model, tokenizer, train, 0, max_new),
         "heldout_sampled_after": sampled_pass_rates(
@@ -377,6 +401,42 @@ def run_arm(protocol: dict, arms: dict, arm: str, seed: int, output_dir: str, pi
         "cpu_time_s": round(time.process_time() - cpu_start, 1),  # this process only (not the reward workers)
     }
     return _write(run_path(output_dir, arm, seed), result)
+
+
+def _timing_callbacks():
+    """A clock of `trainer.train()` that leaves out the held-out evaluations, and the evaluation callback it times.
+
+    Classes built on demand, so importing this module does not import transformers.
+    """
+    from transformers import TrainerCallback
+
+    from coba_trl.demo.run import HeldoutAccuracyCallback
+
+    class Clock(TrainerCallback):
+        def __init__(self):
+            self.start, self.eval_seconds, self.steps = None, 0.0, []
+
+        def on_train_begin(self, args, state, control, **kwargs):
+            self.start = time.perf_counter()  # fires before the step-0 evaluation (this callback comes first)
+
+        def on_step_end(self, args, state, control, **kwargs):
+            # The evaluation of this step comes later (at its log), so it is not in eval_seconds yet.
+            elapsed = time.perf_counter() - self.start - self.eval_seconds
+            self.steps.append([state.global_step, round(elapsed, 3), round(self.eval_seconds, 3)])
+
+    class Timed(HeldoutAccuracyCallback):
+        def __init__(self, clock, *args):
+            super().__init__(*args)
+            self.clock = clock
+
+        def _accuracy(self) -> float:
+            eval_start = time.perf_counter()
+            try:
+                return super()._accuracy()
+            finally:
+                self.clock.eval_seconds += time.perf_counter() - eval_start
+
+    return Clock, Timed
 
 
 def _write(path: str, result: dict) -> dict:
@@ -396,7 +456,9 @@ def _worker(job: tuple) -> str:
         result = run_arm(protocol, arms, arm, seed, output_dir, pilot=True)
         failure = [f"{value:.2f}" for value in result["coba/failure_rate"] if value is not None]
         print(
-            f"[pilot] {arm} seed {seed}: {result['wall_time_s']} s wall, {result['cpu_time_s']} s CPU; "
+            f"[pilot] {arm} seed {seed}: {result['wall_time_s']} s wall, {result['cpu_time_s']} s CPU, "
+            f"{result.get('train_time_s')} s training without evaluations, {result.get('generation_time_s')} s "
+            "generating; "
             f"F_t by round {' '.join(failure)}",
             flush=True,
         )
@@ -469,7 +531,7 @@ def main(argv: list[str] | None = None, study: Study = STUDY) -> None:
         sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
         from compare_report import write_report
 
-        for path in write_report(output_dir, options.docs_dir, study.name):
+        for path in write_report(output_dir, options.docs_dir, study.name, extras=study.report_extras):
             print(path)
 
 
