@@ -308,7 +308,7 @@ class CoBAGRPOTrainer(GRPOTrainer):
             metrics["coba/rescued_with_spread"].append((was_equal & ~zero_spread).sum().item())
         self._log_round(rewards, advantages, group_ids, num_groups, zero_spread, len(phases))
         if plan.observe:
-            successes = self._observe_round(rewards, group_ids.cpu().numpy(), plan)
+            successes = self._observe_round(rewards, group_ids.cpu().numpy(), plan, screened)
             self._write_round_record(successes)
         return output
 
@@ -438,17 +438,24 @@ class CoBAGRPOTrainer(GRPOTrainer):
         success = np.nan_to_num(scores, nan=-np.inf) >= self.args.success_threshold
         return np.bincount(np.asarray(group_ids), weights=success, minlength=num_groups).astype(np.int64)
 
-    def _observe_round(self, rewards: torch.Tensor, group_ids: np.ndarray, plan: RoundPlan) -> np.ndarray:
+    def _observe_round(self, rewards, group_ids: np.ndarray, plan: RoundPlan, screened=None) -> np.ndarray:
         """Update the pass-rate history and the capability estimate from the round's gathered correctness; returns
         the successes per group.
 
         Every process sees the same gathered rewards, so every process updates identically. A prompt listed twice in
-        a round (duplicate rows) is one appearance with the summed counts.
+        a round (duplicate rows) is one appearance with the summed counts. The history records each whole group. In a
+        two-phase round the failure rate F_t comes from the screening alone (`screened`, `min_generations` per
+        prompt): a group's size there depends on its own screening results, so whole-group rates are biased upwards
+        (a prompt that went 2/2 stops at 1.0, one that went 0/2 gets more rows and regresses towards its true rate),
+        and F_t would read the model as stronger than it is; the screening has the same size for every prompt.
         """
         successes = self._group_successes(rewards, group_ids, len(plan.group_sizes))
         self.pass_rate_history.update(plan.prompt_ids, successes, plan.group_sizes)
+        observed, rollouts = successes, plan.group_sizes
+        if screened is not None:
+            observed, rollouts = screened, np.full(len(screened), self.args.min_generations)
         merged: dict = {}
-        for prompt_id, wins, tries in zip(plan.prompt_ids, successes, plan.group_sizes, strict=True):
+        for prompt_id, wins, tries in zip(plan.prompt_ids, observed, rollouts, strict=True):
             previous = merged.get(prompt_id, (0, 0))
             merged[prompt_id] = (previous[0] + int(wins), previous[1] + int(tries))
         wins, tries = (np.array(column, dtype=np.int64) for column in zip(*merged.values(), strict=True))

@@ -176,3 +176,13 @@ def test_the_allocation_log_lets_anyone_recompute_two_phase_allocations(tmp_path
         assert sum(record["group_sizes"]) == 16 and record["rescued"] is None
         # successes over the whole group: step_reward makes a prompt all-right or all-wrong at a given step
         assert all(s in (0, n) for s, n in zip(record["successes"], record["group_sizes"], strict=True))
+
+
+def test_two_phase_failure_rate_comes_from_the_screening(tmp_path):
+    # Group sizes depend on the screening's own results, so whole-group rates are biased; F_t uses the screening,
+    # which has min_generations rows for every prompt.
+    trainer = _trainer(tmp_path, max_steps=2)
+    trainer.train()
+    first, second = read_rounds(str(tmp_path))
+    screened = np.array(first["screen_successes"]) / first["screen_rollouts"]
+    assert second["allocator"]["failure_rate"] == pytest.approx(1 - screened.mean())
