@@ -553,9 +553,10 @@ def _phase_rows(runs: dict, protocol: dict) -> list[str]:
     ]
     for arm, arm_runs in runs.items():
         zero = [round_series(r, "frac_reward_zero_std") for r in arm_runs]
+        later = [z[epoch_rounds:].mean() for z in zero if z.size > epoch_rounds]  # none in a one-epoch run
         cells = [
             f"{np.mean([z[:epoch_rounds].mean() for z in zero]):.3f}",
-            f"{np.mean([z[epoch_rounds:].mean() for z in zero if z.size > epoch_rounds]):.3f}",
+            f"{np.mean(later):.3f}" if later else "",
             f"{np.mean([z.mean() for z in zero]):.3f}",
         ]
         for key in ("coba/dropped_groups", "coba/dropped_tokens", "coba/rescued_groups"):
