@@ -1,26 +1,15 @@
 """Smoke run of benchmarks/compare_allocators.py (the allocator comparison of docs/results.md) at tiny sizes."""
 
-import importlib.util
 import json
 import os
-import sys
 
 import pytest
-
-SCRIPT = os.path.join(os.path.dirname(__file__), "..", "benchmarks", "compare_allocators.py")
-
-
-def _load_script():
-    spec = importlib.util.spec_from_file_location("compare_allocators", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclass looks its module up there
-    spec.loader.exec_module(module)
-    return module
+from scripts.benchmarks import load_benchmark
 
 
 @pytest.mark.slow
 def test_quick_comparison_runs_every_arm_at_its_budget_and_reports(tmp_path):
-    script = _load_script()
+    script = load_benchmark("compare_allocators")
     output_dir, docs_dir = str(tmp_path / "raw"), str(tmp_path / "docs")
     script.main(["--quick", "--workers", "1", "--output_dir", output_dir])
     runs = {}

@@ -1,25 +1,14 @@
 """Smoke run of benchmarks/compare_phases.py (study 3 of docs/results.md) at tiny sizes: pilots, runs and report."""
 
-import importlib.util
 import json
 import os
-import sys
 
 import pytest
-
-BENCHMARKS = os.path.join(os.path.dirname(__file__), "..", "benchmarks")
-
-
-def _load_script():
-    sys.path.insert(0, BENCHMARKS)
-    spec = importlib.util.spec_from_file_location("compare_phases", os.path.join(BENCHMARKS, "compare_phases.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from scripts.benchmarks import load_benchmark
 
 
 def test_the_protocol_keeps_temperature_one_an_equal_budget_and_the_five_arms():
-    script = _load_script()
+    script = load_benchmark("compare_phases")
     assert script.PHASES_PROTOCOL["temperature"] == 1.0
     assert len(script.PHASES_PROTOCOL["seeds"]) >= 3
     assert not any("budget_multiplier" in settings for settings in script.PHASES_ARMS.values())
@@ -31,8 +20,8 @@ def test_the_protocol_keeps_temperature_one_an_equal_budget_and_the_five_arms():
 
 
 def test_arm_settings_reach_the_trainer_config(tmp_path):
-    script = _load_script()
-    helpers = sys.modules["compare_allocators"]
+    script = load_benchmark("compare_phases")
+    helpers = load_benchmark("compare_allocators")
     args = helpers.training_args(script.PHASES_PROTOCOL, script.PHASES_ARMS, "coba_rescue", 0, str(tmp_path))
     assert args.two_phase_rounds and args.zero_variance_groups == "rescue" and args.budget_allocator == "coba"
     assert args.generation_batch_size == 256 and args.temperature == 1.0
@@ -42,8 +31,8 @@ def test_arm_settings_reach_the_trainer_config(tmp_path):
 
 @pytest.mark.slow
 def test_quick_study_pilots_runs_and_reports_its_own_section(tmp_path):
-    script = _load_script()
-    helpers = sys.modules["compare_allocators"]
+    script = load_benchmark("compare_phases")
+    helpers = load_benchmark("compare_allocators")
     output_dir, docs_dir = str(tmp_path / "raw"), str(tmp_path / "docs")
     arms = ["coba", "coba_rescue", "grpo_drop"]
     common = ["--quick", "--workers", "1", "--output_dir", output_dir, "--arms", *arms]

@@ -1,26 +1,15 @@
 """Smoke run of benchmarks/compare_regime.py (study 2 of docs/results.md) at tiny sizes: pilots, runs and report."""
 
-import importlib.util
 import json
 import os
-import sys
 
 import numpy as np
 import pytest
-
-BENCHMARKS = os.path.join(os.path.dirname(__file__), "..", "benchmarks")
-
-
-def _load_script():
-    sys.path.insert(0, BENCHMARKS)
-    spec = importlib.util.spec_from_file_location("compare_regime", os.path.join(BENCHMARKS, "compare_regime.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from scripts.benchmarks import load_benchmark
 
 
 def test_the_protocol_keeps_temperature_one_and_an_equal_budget_for_every_arm():
-    script = _load_script()
+    script = load_benchmark("compare_regime")
     assert script.REGIME_PROTOCOL["temperature"] == 1.0
     assert not any("budget_multiplier" in settings for settings in script.REGIME_ARMS.values())
     assert {"grpo", "knapsack", "coba", "coba_paper"} <= set(script.REGIME_ARMS)
@@ -29,8 +18,8 @@ def test_the_protocol_keeps_temperature_one_and_an_equal_budget_for_every_arm():
 
 @pytest.mark.slow
 def test_quick_study_pilots_runs_and_reports_its_own_section(tmp_path):
-    script = _load_script()
-    helpers = sys.modules["compare_allocators"]
+    script = load_benchmark("compare_regime")
+    helpers = load_benchmark("compare_allocators")
     output_dir, docs_dir = str(tmp_path / "raw"), str(tmp_path / "docs")
     arms = ["grpo", "coba_prior2"]
     common = ["--quick", "--workers", "1", "--output_dir", output_dir, "--arms", *arms]
@@ -59,8 +48,8 @@ def test_quick_study_pilots_runs_and_reports_its_own_section(tmp_path):
 
 
 def test_the_pre_registered_verdict_needs_four_of_five_seeds_or_three_of_three():
-    sys.path.insert(0, BENCHMARKS)
-    from compare_report import shown_epochs, verdict
+    report = load_benchmark("compare_report")
+    shown_epochs, verdict = report.shown_epochs, report.verdict
 
     assert verdict(np.array([0.02, 0.01, 0.03, -0.01, 0.02])) == "beats"
     assert verdict(np.array([0.05, 0.04, -0.01, -0.01, 0.02])) == "no difference shown against"

@@ -1,0 +1,15 @@
+"""Import a script of `benchmarks/` as a module (the study scripts import each other by name from that folder)."""
+
+import importlib
+import os
+import sys
+
+BENCHMARKS = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks")
+
+
+def load_benchmark(name: str):
+    """`benchmarks/<name>.py` as a module, with the benchmarks folder on `sys.path`."""
+    folder = os.path.abspath(BENCHMARKS)
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
+    return importlib.import_module(name)
