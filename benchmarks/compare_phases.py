@@ -16,7 +16,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from compare_allocators import PROTOCOL, QUICK, Study, main  # noqa: E402
+from compare_allocators import ARMS, PROTOCOL, QUICK, Study, main  # noqa: E402
 
 # The protocol (docs/results.md, "Study 3: protocol"): study 2's regime (F_t falls through 0.5), fixed from
 # timing-only pilots before any arm's accuracy was looked at. Everything not listed is the first study's.
@@ -32,8 +32,7 @@ PHASES_PROTOCOL: dict = {
 
 # Every arm spends 32 x 8 = 256 rollouts per round; with two phases the 32 x 2 screening rows are part of them.
 PHASES_ARMS: dict[str, dict] = {
-    "grpo": {"budget_allocator": "uniform"},
-    "coba": {"budget_allocator": "coba"},
+    **{arm: ARMS[arm] for arm in ("grpo", "coba")},  # study 1's, unchanged
     "coba_2phase": {"budget_allocator": "coba", "two_phase_rounds": True},
     "coba_rescue": {"budget_allocator": "coba", "two_phase_rounds": True, "zero_variance_groups": "rescue"},
     "grpo_drop": {"budget_allocator": "uniform", "zero_variance_groups": "drop"},

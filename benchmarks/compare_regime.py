@@ -16,7 +16,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from compare_allocators import PROTOCOL, QUICK, Study, main  # noqa: E402
+from compare_allocators import ARMS, PROTOCOL, QUICK, Study, main  # noqa: E402
 
 # The protocol (docs/results.md, "Study 2: protocol"): fixed from timing-only and F-only pilots before any arm's
 # accuracy was looked at. Everything not listed is the first study's.
@@ -31,15 +31,7 @@ REGIME_PROTOCOL: dict = {
 }
 
 REGIME_ARMS: dict[str, dict] = {
-    "grpo": {"budget_allocator": "uniform"},
-    "knapsack": {"budget_allocator": "knapsack"},
-    "coba": {"budget_allocator": "coba"},
-    "coba_paper": {
-        "budget_allocator": "coba",
-        "coba_hard_threshold": 0.0,
-        "coba_easy_threshold": 1.0,
-        "coba_heap_fraction": 1.0,
-    },
+    **{arm: ARMS[arm] for arm in ("grpo", "knapsack", "coba", "coba_paper")},  # study 1's, unchanged
     "coba_prior2": {"budget_allocator": "coba", "pass_rate_prior_strength": 2.0},
     "coba_blow4": {"budget_allocator": "coba", "min_generations": 4},
 }

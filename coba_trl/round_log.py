@@ -37,10 +37,7 @@ def plain(values) -> list | None:
     """A JSON-ready list: numpy scalars as Python numbers, NaN as null; None stays None."""
     if values is None:
         return None
-    out = []
-    for value in np.asarray(values).tolist() if isinstance(values, np.ndarray) else values:
-        out.append(None if isinstance(value, float) and math.isnan(value) else value)
-    return out
+    return [None if isinstance(value, float) and math.isnan(value) else value for value in np.asarray(values).tolist()]
 
 
 def finite(metrics: dict) -> dict:

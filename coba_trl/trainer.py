@@ -166,12 +166,13 @@ class CoBAGRPOTrainer(GRPOTrainer):
         self._current_round: dict | None = None  # the round in progress, saved with every checkpoint
         self._replay_round: dict | None = None  # the round a resumed checkpoint was saved inside of
         self._round_log = RoundLog(args.output_dir) if args.log_allocations else None
-        self._round_log_started = False  # per train() call: a resume keeps the earlier rounds, a fresh run does not
         self._round_record: dict | None = None  # process 0: the round being generated, written once it is scored
 
-    def train(self, *args, **kwargs):
-        self._round_log_started = False
-        return super().train(*args, **kwargs)
+    def train(self, resume_from_checkpoint=None, *args, **kwargs):
+        # A fresh run starts a new allocation log; a resumed one trims it in `_load_optimizer_and_scheduler`.
+        if self._round_log is not None and not resume_from_checkpoint and self.is_world_process_zero():
+            self._round_log.start()
+        return super().train(resume_from_checkpoint, *args, **kwargs)
 
     def create_model_card(self, model_name=None, dataset_name=None, tags=None):
         """TRL's card, completed with a real title and usage example and the CoBA settings (`coba_trl.model_card`).
@@ -364,14 +365,13 @@ class CoBAGRPOTrainer(GRPOTrainer):
         pass_rates = history.pass_rates(prompt_ids, prior=prior)
         total = self.args.generation_batch_size
         allocated = np.asarray(self.allocator.allocate(pass_rates, total), dtype=np.int64)
+        allocator_metrics = finite(self.allocator.metrics())
         group_sizes = allocated
         # The released CoBA fallback can strand a few units at B_up and reports them as `unallocated`; only those
         # are topped up, so an allocator that under-spends without saying so is still refused in `_plan_round`.
-        stranded = self.allocator.metrics().get("unallocated") or 0
-        if stranded and math.isfinite(stranded):
-            group_sizes = fill_to_budget(
-                group_sizes, int(group_sizes.sum()) + int(stranded), self.args.max_generations
-            )
+        stranded = int(allocator_metrics.get("unallocated", 0))
+        if stranded:
+            group_sizes = fill_to_budget(group_sizes, int(group_sizes.sum()) + stranded, self.args.max_generations)
         extra, rescued = {}, None
         if self.args.zero_variance_groups == "rescue":
             floor = self.args.min_generations
@@ -380,9 +380,7 @@ class CoBAGRPOTrainer(GRPOTrainer):
             extra["coba/rescued_groups"] = float(rescued.sum())
         elapsed = time.perf_counter() - start
         metrics = {
-            f"coba/{key}": float(value)
-            for key, value in self.allocator.metrics().items()
-            if value is not None and math.isfinite(value) and key not in ("budget_min", "budget_max")
+            f"coba/{key}": value for key, value in allocator_metrics.items() if key not in ("budget_min", "budget_max")
         }  # budget min / max are logged with the mean below
         metrics.update(budget_metrics(group_sizes, pass_rates), **extra)
         metrics["coba/allocation_time"] = elapsed
@@ -395,7 +393,7 @@ class CoBAGRPOTrainer(GRPOTrainer):
             "screen_rollouts": None if screened is None else self.args.min_generations,
             "screen_successes": plain(screened),
             "pass_rates": plain(pass_rates),
-            "allocator": finite(self.allocator.metrics()),
+            "allocator": allocator_metrics,
             "allocated": plain(allocated),
             "group_sizes": plain(group_sizes),
             "rescued": plain(rescued),
@@ -465,12 +463,8 @@ class CoBAGRPOTrainer(GRPOTrainer):
     def _write_round_record(self, successes: np.ndarray) -> None:
         """Process 0: complete the round's allocation record with its successes and append it to the log."""
         record, self._round_record = self._round_record, None
-        if self._round_log is None or record is None:
-            return
-        if not self._round_log_started:
-            self._round_log.start()
-            self._round_log_started = True
-        self._round_log.write({**record, "successes": plain(successes)})
+        if self._round_log is not None and record is not None:
+            self._round_log.write({**record, "successes": plain(successes)})
 
     def _coba_state(self) -> dict:
         return {
@@ -503,7 +497,6 @@ class CoBAGRPOTrainer(GRPOTrainer):
         if self._round_log is not None and self.is_world_process_zero():
             # Keep the rounds that started before the checkpoint (all of them for a checkpoint without a micro-step).
             self._round_log.start(resume_micro_step=state.get("micro_step", math.inf))
-            self._round_log_started = True
         if "micro_step" not in state:  # saved by coba-trl 0.1: round boundaries and the round in progress unknown
             logger.warning(f"{checkpoint} predates exact resume: a round interrupted by it is allocated afresh.")
             return
