@@ -58,15 +58,20 @@ logger = get_logger(__name__)
 
 
 def destroy_process_group_at_exit() -> None:
-    """Tear torch.distributed down before the interpreter's C++ destructors run.
+    """Tear torch.distributed down at exit, and give gloo's worker threads the GIL one last time.
 
-    A process group left alive at exit keeps gloo / c10d threads joinable while static destructors run, and about one
-    two-process run in twenty then aborts after training with "terminate called without an active exception"
-    (SIGABRT). `accelerator.end_training()` at the end of a script avoids it; this `atexit` hook does the same for
-    scripts that do not call it, and does nothing when the group is already gone.
+    `destroy_process_group()` does not stop gloo's worker threads: the group object lives on while the trainer's DDP
+    wrapper holds it, until the interpreter's final garbage collection. When a collective has just finished, its
+    worker thread still has to take the GIL to release the collective's tensors; if the interpreter is finalizing by
+    then, the thread is killed inside a C++ destructor and the process aborts ("terminate called without an active
+    exception", SIGABRT; about one two-process CPU run in ten). `CoBAGRPOTrainer.train()` therefore ends with a barrier,
+    whose own work holds no Python tensors; this hook covers collectives a script runs after `train()` by sleeping
+    briefly, which leaves the GIL to such a thread. It must not collect the garbage itself: freeing the DDP wrapper
+    destroys the group with the GIL held and deadlocks against a worker thread that waits for it.
     """
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         torch.distributed.destroy_process_group()
+    time.sleep(0.1)
 
 
 __all__ = ["STATE_FILE", "CoBAGRPOTrainer", "Phase", "RoundPlan"]
@@ -172,7 +177,13 @@ class CoBAGRPOTrainer(GRPOTrainer):
         # A fresh run starts a new allocation log; a resumed one trims it in `_load_optimizer_and_scheduler`.
         if self._round_log is not None and not resume_from_checkpoint and self.is_world_process_zero():
             self._round_log.start()
-        return super().train(resume_from_checkpoint, *args, **kwargs)
+        output = super().train(resume_from_checkpoint, *args, **kwargs)
+        if self.accelerator.num_processes > 1:
+            # The last collective of `train()` (transformers' `store_flos` all-gather) finishes on a gloo worker thread
+            # that still needs the GIL to release its tensors; the barrier's enqueue waits for that thread with the GIL
+            # released, so no such thread is pending when a short script exits (see `destroy_process_group_at_exit`).
+            self.accelerator.wait_for_everyone()
+        return output
 
     def create_model_card(self, model_name=None, dataset_name=None, tags=None):
         """TRL's card, completed with a real title and usage example and the CoBA settings (`coba_trl.model_card`).
