@@ -119,7 +119,9 @@ def test_telemetry_and_fixed_metrics_reach_the_logs(tmp_path):
 def test_a_reward_path_that_bypasses_the_capture_fails_loudly(tmp_path):
     model, tokenizer = tiny_model()
     args = CoBAConfig(output_dir=str(tmp_path), per_device_train_batch_size=8, num_generations=4, **TINY_ARGS)
-    trainer = CoBAGRPOTrainer(model, parity_reward, args=args, train_dataset=prompt_dataset(), processing_class=tokenizer)
+    trainer = CoBAGRPOTrainer(
+        model, parity_reward, args=args, train_dataset=prompt_dataset(), processing_class=tokenizer
+    )
     # An override that skips CoBA's capture: the round must not silently reuse stale rewards.
     trainer._calculate_rewards = lambda *args: GRPOTrainer._calculate_rewards(trainer, *args)
     with pytest.raises(RuntimeError, match="gathered rewards have shape None"):

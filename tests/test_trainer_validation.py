@@ -28,7 +28,9 @@ def _build(tmp_path, model_and_tokenizer, args=None, train_dataset=None, **kwarg
 
 def test_prompts_per_round_need_not_divide_over_processes():
     # 2 processes x 3 completions x 2 steps per generation, G = 4: 3 distinct prompts per round, as GRPO accepts.
-    assert check_round_layout(generation_batch_size=12, num_generations=4, num_processes=2, steps_per_generation=2) == 3
+    assert (
+        check_round_layout(generation_batch_size=12, num_generations=4, num_processes=2, steps_per_generation=2) == 3
+    )
     # 8 GPUs, per-device batch 2, G = 16, steps_per_generation 4: 64 completions, 4 prompts per round.
     assert check_round_layout(64, 16, 8, 4) == 4
 
