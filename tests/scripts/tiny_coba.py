@@ -26,6 +26,7 @@ TINY_ARGS = dict(
     logging_steps=1,
     save_strategy="no",
     activation_checkpointing=False,
+    ddp_find_unused_parameters=False,  # every parameter gets a gradient: no extra DDP graph traversal (or warning)
     learning_rate=1e-2,
     dataloader_num_workers=0,
     disable_tqdm=True,
