@@ -20,17 +20,26 @@ runs round by round:
 A run resumed from a checkpoint keeps the lines of the rounds that started before the checkpoint and continues the
 file; the round it regenerates (same plan, not observed again) is not written twice. So the file of a resumed run has
 the same plans as the file of the run it continues. A fresh run starts a new file.
+
+A run killed while appending a line can leave that last line half-written. A round's line is written during the
+round's first micro-step, before any checkpoint the run could resume from inside or after that round, so a resumed
+run regenerates that round and writes its line anew: `RoundLog.start` and `read_rounds` skip a torn last line with a
+warning. A line that does not parse anywhere else means the file was edited or damaged: that is a `ValueError` naming
+the file and the line.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 
 import numpy as np
 
 ROUNDS_FILE = "coba_rounds.jsonl"
+
+logger = logging.getLogger(__name__)
 
 
 def plain(values) -> list | None:
@@ -56,8 +65,7 @@ class RoundLog:
         os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
         kept = []
         if resume_micro_step is not None and os.path.exists(self.path):
-            with open(self.path) as f:
-                kept = [line for line in f if line.strip() and json.loads(line)["micro_step"] < resume_micro_step]
+            kept = [line for line, record in _parse(self.path) if record["micro_step"] < resume_micro_step]
         temporary = f"{self.path}.tmp"
         with open(temporary, "w") as f:
             f.writelines(kept)
@@ -73,5 +81,26 @@ def read_rounds(directory_or_file: str) -> list[dict]:
     path = directory_or_file
     if os.path.isdir(path):
         path = os.path.join(path, ROUNDS_FILE)
+    return [record for _, record in _parse(path)]
+
+
+def _parse(path: str) -> list[tuple[str, dict]]:
+    """Each line of the file at `path` with its record, without a torn last line (skipped with a warning)."""
     with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
+        lines = [(number, line) for number, line in enumerate(f, start=1) if line.strip()]
+    records = []
+    for position, (number, line) in enumerate(lines):
+        try:
+            records.append((line if line.endswith("\n") else line + "\n", json.loads(line)))
+        except json.JSONDecodeError as error:
+            if position == len(lines) - 1:
+                logger.warning(
+                    f"{path}: line {number}, the last one, is incomplete (a run stopped while writing it); skipping it."
+                )
+                break
+            raise ValueError(
+                f"{path}: line {number} of {len(lines)} is not a JSON record ({error}), and it is not the last line, "
+                "so it is not a write a stopped run left unfinished: the file was edited or damaged. Restore the "
+                "file, or delete that line to keep the other rounds' records."
+            ) from error
+    return records

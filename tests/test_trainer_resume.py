@@ -100,6 +100,20 @@ def test_a_run_resumed_in_its_folder_writes_the_allocation_log_of_the_uninterrup
     assert [r["micro_step"] for r in read_rounds(str(tmp_path))] == [0]
 
 
+def test_a_run_stopped_while_writing_the_allocation_log_resumes_and_completes_it(tmp_path):
+    # Stopped while appending the line of the round that starts at micro-step 4: the log ends in half a line and the
+    # latest checkpoint is checkpoint-4. The resume skips the torn line and writes that round again.
+    overrides = dict(steps_per_generation=2, prompt_id_column="uid")
+    dataset = prompt_dataset(8, repeats=2)
+    _trainer(tmp_path, dataset, **overrides).train()
+    uninterrupted = (tmp_path / ROUNDS_FILE).read_text()
+    lines = uninterrupted.splitlines(keepends=True)
+    assert [json.loads(line)["micro_step"] for line in lines] == [0, 2, 4, 6]
+    (tmp_path / ROUNDS_FILE).write_text(lines[0] + lines[1] + lines[2][: len(lines[2]) // 2])
+    _trainer(tmp_path, dataset, **overrides).train(resume_from_checkpoint=str(tmp_path / "checkpoint-4"))
+    assert (tmp_path / ROUNDS_FILE).read_text() == uninterrupted
+
+
 def test_resume_with_iterations_and_gradient_accumulation(tmp_path):
     _assert_resume_is_exact(
         tmp_path,
