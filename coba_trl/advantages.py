@@ -94,3 +94,11 @@ def zero_std_group_fraction(
 ) -> float:
     """Fraction of *groups* whose weighted reward has zero spread (a group of one counts as zero spread)."""
     return zero_spread_groups(rewards_per_func, group_ids, num_groups, reward_weights).float().mean().item()
+
+
+def prompt_weights(group_sizes, mean_group_size: float, device=None) -> torch.Tensor:
+    """Per-group factor n_bar / n_i of `group_weighting="prompt"`: the rows of a group of n_i completions, each scaled
+    by it, together weigh n_bar rows (one GRPO group of the mean size). Exactly 1.0 for every group of the mean size,
+    so a uniform round is unchanged bit for bit."""
+    sizes = torch.as_tensor(group_sizes, dtype=torch.float32, device=device)
+    return mean_group_size / sizes

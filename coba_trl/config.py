@@ -9,6 +9,7 @@ from trl import GRPOConfig
 
 ALLOCATORS = ("coba", "knapsack", "uniform")
 ZERO_VARIANCE_MODES = ("keep", "drop", "rescue")
+GROUP_WEIGHTINGS = ("row", "prompt")
 
 
 @dataclass
@@ -43,6 +44,13 @@ class CoBAConfig(GRPOConfig):
             `"drop"` (left out of the loss and its token normalisation, as DAPO's filter does) or, with
             `two_phase_rounds`, `"rescue"` (phase 2 first gives each group that was all-equal in phase 1 another
             `min_generations` completions, taken from the largest other groups).
+        group_weighting (`str`, *optional*, defaults to `"row"`):
+            How much a prompt's group weighs in the loss. `"row"` (released code, and every TRL loss): each completion
+            row counts once, so a prompt given 64 rows weighs about 32 times one given 2. `"prompt"`: each row's
+            advantage is multiplied by n_bar / n_i (n_bar = `generation_batch_size` / prompts per round, n_i = the
+            row's whole group size, both phases counted), so every prompt's rows together weigh what one GRPO group
+            weighs (token-normalised losses: up to length differences). The KL term (`beta > 0`) is not reweighted.
+            With `budget_allocator="uniform"` both modes are GRPO exactly. A project extension.
         log_allocations (`bool`, *optional*, defaults to `True`):
             Write one JSON line per generation round to `<output_dir>/coba_rounds.jsonl` (process 0): the prompts, the
             pass rates and allocator state the allocation used, phase-1 results, the group sizes and the successes
@@ -121,6 +129,14 @@ class CoBAConfig(GRPOConfig):
             "help": "Groups whose completions are all rewarded alike: 'keep', 'drop' (out of the loss and its "
             "normalisation) or 'rescue' (with two_phase_rounds: more completions in phase 2).",
             "choices": list(ZERO_VARIANCE_MODES),
+        },
+    )
+    group_weighting: str = field(
+        default="row",
+        metadata={
+            "help": "How much a prompt's group weighs in the loss: 'row' (each completion counts once, released code) "
+            "or 'prompt' (advantages scaled by mean group size / group size, so every prompt weighs one GRPO group).",
+            "choices": list(GROUP_WEIGHTINGS),
         },
     )
     log_allocations: bool = field(
@@ -220,6 +236,11 @@ class CoBAConfig(GRPOConfig):
             raise ValueError(
                 "zero_variance_groups='rescue' gives extra completions in the second phase of a round: set "
                 "two_phase_rounds=True, or use 'keep' or 'drop'."
+            )
+        if self.group_weighting not in GROUP_WEIGHTINGS:
+            raise ValueError(
+                f"group_weighting ({self.group_weighting!r}) must be one of {list(GROUP_WEIGHTINGS)}: 'row' weighs every "
+                "completion once, 'prompt' weighs every prompt's group like one GRPO group."
             )
         if self.pass_rate_window < 1:
             raise ValueError(f"pass_rate_window ({self.pass_rate_window}) must be at least 1.")

@@ -31,7 +31,7 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl import GRPOTrainer
 from trl.trainer.utils import nanstd
 
-from coba_trl.advantages import group_advantages, segment_nanmean, zero_spread_groups
+from coba_trl.advantages import group_advantages, prompt_weights, segment_nanmean, zero_spread_groups
 from coba_trl.allocation import fill_to_budget
 from coba_trl.checkpoint import STATE_FILE, decode_round, encode_round, load_state, save_state
 from coba_trl.compat import check_trl_compatibility
@@ -298,6 +298,11 @@ class CoBAGRPOTrainer(GRPOTrainer):
         advantages = group_advantages(
             rewards, group_ids, num_groups, self.reward_weights, self.scale_rewards, self.multi_objective_aggregation
         )
+        if self.args.group_weighting == "prompt":  # every prompt's rows together weigh one mean-size group
+            weights = prompt_weights(plan.group_sizes, self.args.generation_batch_size / num_groups, rewards.device)
+            advantages = advantages * weights[group_ids]
+            self._metrics["train"]["coba/group_weight_min"].append(weights.min().item())
+            self._metrics["train"]["coba/group_weight_max"].append(weights.max().item())
         rank, offset, local = self.accelerator.process_index, 0, []
         for phase in phases:  # this process's rows: its slice of each phase's gathered rows
             start = offset + rank * phase.local_rows
@@ -408,6 +413,7 @@ class CoBAGRPOTrainer(GRPOTrainer):
             "allocated": plain(allocated),
             "group_sizes": plain(group_sizes),
             "rescued": plain(rescued),
+            "group_weighting": self.args.group_weighting,
         }
         return group_sizes, pass_rates, metrics
 

@@ -35,10 +35,17 @@ def _train(trainer_cls, config_cls, tmp_path, reward_funcs=parity_reward, stub_s
     ],
     ids=["one-step-per-round", "grad-accum-and-iterations"],
 )
-def test_uniform_allocation_reproduces_grpo(tmp_path, layout):
+@pytest.mark.parametrize("group_weighting", ["row", "prompt"])
+def test_uniform_allocation_reproduces_grpo(tmp_path, layout, group_weighting):
     grpo, grpo_log = _train(GRPOTrainer, GRPOConfig, tmp_path / "grpo", seed=7, **layout)
     coba, coba_log = _train(
-        CoBAGRPOTrainer, CoBAConfig, tmp_path / "coba", seed=7, budget_allocator="uniform", **layout
+        CoBAGRPOTrainer,
+        CoBAConfig,
+        tmp_path / "coba",
+        seed=7,
+        budget_allocator="uniform",
+        group_weighting=group_weighting,
+        **layout,
     )
     assert len(coba_log.rewards) == len(grpo_log.rewards) >= 2
     for ours, theirs in zip(coba_log.rewards, grpo_log.rewards, strict=True):
@@ -65,8 +72,10 @@ def _numpy_advantages(rewards, sizes, scale_rewards):
     return advantages
 
 
-@pytest.mark.parametrize("scale_rewards", ["group", "batch", "none"])
-def test_scripted_allocation_gives_those_groups_and_numpy_advantages(tmp_path, scale_rewards):
+@pytest.mark.parametrize(
+    "scale_rewards, group_weighting", [("group", "row"), ("batch", "row"), ("none", "row"), ("group", "prompt")]
+)
+def test_scripted_allocation_gives_those_groups_and_numpy_advantages(tmp_path, scale_rewards, group_weighting):
     sizes = [[2, 11, 5, 2], [1, 3, 12, 4]]
     trainer, log = _train(
         CoBAGRPOTrainer,
@@ -78,10 +87,13 @@ def test_scripted_allocation_gives_those_groups_and_numpy_advantages(tmp_path, s
         min_generations=1,
         max_steps=2,
         scale_rewards=scale_rewards,
+        group_weighting=group_weighting,
     )
     for round_sizes, rewards, advantages in zip(sizes, log.rewards, log.advantages, strict=True):
         assert len(rewards) == len(advantages) == sum(round_sizes)
         expected = _numpy_advantages(rewards[:, 0].numpy().astype(np.float64), round_sizes, scale_rewards)
+        if group_weighting == "prompt":  # row by row: the row weighting's advantage times n_bar / n_i
+            expected = expected * 5 / np.repeat(round_sizes, round_sizes)
         np.testing.assert_allclose(advantages.numpy(), expected, atol=1e-5)
     history = trainer.pass_rate_history.state_dict()
     assert len(trainer.pass_rate_history) == 8  # two rounds of 4 distinct prompts
