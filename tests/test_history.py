@@ -1,11 +1,15 @@
 """PassRateHistory: pooled pass rates over the last `window` appearances, any hashable id, JSON state, and the
 Beta-posterior estimate (successes + s * m) / (rollouts + s) on hand-computed cases."""
 
+import copy
 import json
 import math
+import re
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from coba_trl.allocation import PassRateHistory
 
@@ -131,3 +135,44 @@ def test_round_mean_survives_the_state_and_old_states_rebuild_it():
 def test_bad_prior_strength_is_a_value_error():
     with pytest.raises(ValueError, match="prior_strength"):
         PassRateHistory(prior_strength=-0.5)
+
+
+ids = st.integers(0, 7)
+rounds = st.lists(st.tuples(ids, st.integers(0, 4), st.integers(0, 4)), max_size=10).map(
+    lambda rows: [(prompt_id, min(wins, tries), tries) for prompt_id, wins, tries in rows]
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    window=st.integers(1, 3),
+    prior_strength=st.sampled_from([0.0, 0.5, 2.0]),
+    past=st.lists(rounds, max_size=5),
+    screening=rounds,
+    with_prior=st.booleans(),
+)
+def test_pass_rates_after_equals_updating_a_copy_bit_for_bit(window, prior_strength, past, screening, with_prior):
+    # What a two-phase round estimates from its screening: the same numbers as the deep copy it replaces, duplicate
+    # ids (one appearance with summed counts), zero-rollout rows and windows that drop old appearances included.
+    history = PassRateHistory(window=window, prior_strength=prior_strength)
+    for past_round in past:
+        history.update(*([list(column) for column in zip(*past_round, strict=True)] if past_round else ([], [], [])))
+    before = history.state_dict()
+    prompt_ids, successes, rollouts = [list(c) for c in zip(*screening, strict=True)] if screening else ([], [], [])
+    prior = [np.nan if i % 3 == 0 else i / 8 for i in prompt_ids] if with_prior else None
+    copied = copy.deepcopy(history)
+    copied.update(prompt_ids, successes, rollouts)
+    try:
+        expected = copied.pass_rates(prompt_ids, prior=prior)
+    except ValueError as error:  # prior_strength > 0 and no prior mean: both refuse alike
+        with pytest.raises(ValueError, match=re.escape(str(error))):
+            history.pass_rates_after(prompt_ids, successes, rollouts, prior=prior)
+    else:
+        actual = history.pass_rates_after(prompt_ids, successes, rollouts, prior=prior)
+        assert actual.dtype == expected.dtype and actual.tobytes() == expected.tobytes()
+    assert history.state_dict() == before  # nothing recorded
+
+
+def test_pass_rates_after_checks_its_round_like_update():
+    with pytest.raises(ValueError, match="exceed"):
+        PassRateHistory().pass_rates_after([1], [3], [2])

@@ -6,7 +6,7 @@ p = 0 or p = 1 (algorithm.md section 9, a project extension; off by default).
 
 import math
 from collections import deque
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 
 import numpy as np
 
@@ -64,42 +64,33 @@ class PassRateHistory:
 
         Call it once per generation round with the whole round: it also sets `round_mean`.
         """
+        merged, round_mean = _merge_round(prompt_ids, successes, rollouts)
+        if not math.isnan(round_mean):
+            self.round_mean = round_mean
+        for prompt_id, appearance in merged.items():
+            self._records.setdefault(prompt_id, deque(maxlen=self.window)).append(appearance)
+
+    def pass_rates_after(self, prompt_ids: Sequence[Hashable], successes, rollouts, prior=None) -> np.ndarray:
+        """The pass rates `prompt_ids` would have after `update(prompt_ids, successes, rollouts)`; nothing recorded.
+
+        Equal, bit for bit, to updating a copy of the history and calling its `pass_rates(prompt_ids, prior)`, at the
+        cost of the round's prompts only (a two-phase round estimates its prompts from their screening this way,
+        before the round is observed).
+        """
         ids = [_plain(prompt_id) for prompt_id in prompt_ids]
-        successes = np.asarray(successes)
-        rollouts = np.asarray(rollouts)
-        if successes.shape != (len(ids),) or rollouts.shape != (len(ids),):
-            raise ValueError(
-                f"prompt_ids ({len(ids)}), successes {successes.shape} and rollouts {rollouts.shape} must be "
-                "1-D sequences of equal length."
-            )
-        for name, values in (("successes", successes), ("rollouts", rollouts)):
-            if values.size and (values.dtype.kind not in "iuf" or np.any(values != np.round(values))):
-                raise ValueError(f"{name} must hold whole numbers, got {values.tolist()}.")
-            if np.any(values < 0):
-                raise ValueError(f"{name} must be non-negative, got {values.tolist()}.")
-        if np.any(successes > rollouts):
-            raise ValueError("successes must not exceed rollouts for any prompt.")
-        merged: dict[Hashable, list[int]] = {}
-        for prompt_id, success, rollout in zip(ids, successes.tolist(), rollouts.tolist(), strict=True):
-            totals = merged.setdefault(prompt_id, [0, 0])
-            totals[0] += int(success)
-            totals[1] += int(rollout)
-        observed = [(success, rollout) for success, rollout in merged.values() if rollout > 0]
-        if observed:
-            self.round_mean = sum(success / rollout for success, rollout in observed) / len(observed)
-        for prompt_id, (success, rollout) in merged.items():
-            if rollout > 0:
-                self._records.setdefault(prompt_id, deque(maxlen=self.window)).append((success, rollout))
+        merged, round_mean = _merge_round(ids, successes, rollouts)
+        if math.isnan(round_mean):
+            round_mean = self.round_mean
+        records = {prompt_id: self._records.get(prompt_id, ()) for prompt_id in ids}
+        for prompt_id, appearance in merged.items():
+            records[prompt_id] = deque(records[prompt_id], maxlen=self.window)
+            records[prompt_id].append(appearance)
+        successes, rollouts = _pooled(ids, records)
+        return self._estimate(successes, rollouts, prior, round_mean)
 
     def counts(self, prompt_ids: Sequence[Hashable]) -> tuple[np.ndarray, np.ndarray]:
         """Pooled successes S_i and rollouts N_i over each id's last `window` appearances (0, 0 for unseen ids)."""
-        successes = np.zeros(len(prompt_ids), dtype=np.int64)
-        rollouts = np.zeros(len(prompt_ids), dtype=np.int64)
-        for i, prompt_id in enumerate(prompt_ids):
-            for success, rollout in self._records.get(_plain(prompt_id), ()):
-                successes[i] += success
-                rollouts[i] += rollout
-        return successes, rollouts
+        return _pooled(prompt_ids, self._records)
 
     def pass_rates(self, prompt_ids: Sequence[Hashable], prior=None) -> np.ndarray:
         """Estimated pass rate p_i per id (float64), as the class docstring says.
@@ -108,6 +99,10 @@ class PassRateHistory:
         rollouts, and its prior mean m_i when `prior_strength` > 0. Ids with neither rollouts nor a prior get NaN.
         """
         successes, rollouts = self.counts(prompt_ids)
+        return self._estimate(successes, rollouts, prior, self.round_mean)
+
+    def _estimate(self, successes: np.ndarray, rollouts: np.ndarray, prior, round_mean: float) -> np.ndarray:
+        """p_i from pooled counts, the offline prior (or None) and the round mean, as the class docstring says."""
         if prior is not None:
             prior = np.asarray(prior, dtype=np.float64)
             if prior.shape != successes.shape:
@@ -118,7 +113,7 @@ class PassRateHistory:
             prior = np.full(successes.shape, np.nan)
         seen = rollouts > 0
         strength = self.prior_strength
-        prior_mean = np.where(np.isnan(prior), self.round_mean, prior)
+        prior_mean = np.where(np.isnan(prior), round_mean, prior)
         if strength > 0 and np.isnan(prior_mean[seen]).any():
             raise ValueError(
                 "prior_strength > 0 needs a prior mean: pass an offline prior for these prompts or record a round "
@@ -145,3 +140,40 @@ class PassRateHistory:
         if round_mean is None and self._records:
             round_mean = float(np.mean([record[-1][0] / record[-1][1] for record in self._records.values()]))
         self.round_mean = math.nan if round_mean is None else float(round_mean)
+
+
+def _pooled(prompt_ids: Sequence[Hashable], records: Mapping) -> tuple[np.ndarray, np.ndarray]:
+    """S_i and N_i: each id's (successes, rollouts) appearances in `records` summed (0, 0 for an id not in it)."""
+    appearances = [records.get(_plain(prompt_id), ()) for prompt_id in prompt_ids]
+    successes = np.array([sum(success for success, _ in record) for record in appearances], dtype=np.int64)
+    rollouts = np.array([sum(rollout for _, rollout in record) for record in appearances], dtype=np.int64)
+    return successes, rollouts
+
+
+def _merge_round(prompt_ids: Sequence[Hashable], successes, rollouts) -> tuple[dict, float]:
+    """A round's (successes, rollouts) per distinct id with rollouts (a listed-twice id sums its counts), and the
+    round's mean pass rate over those ids (NaN when none has rollouts); checks the inputs."""
+    ids = [_plain(prompt_id) for prompt_id in prompt_ids]
+    successes = np.asarray(successes)
+    rollouts = np.asarray(rollouts)
+    if successes.shape != (len(ids),) or rollouts.shape != (len(ids),):
+        raise ValueError(
+            f"prompt_ids ({len(ids)}), successes {successes.shape} and rollouts {rollouts.shape} must be "
+            "1-D sequences of equal length."
+        )
+    for name, values in (("successes", successes), ("rollouts", rollouts)):
+        if values.size and (values.dtype.kind not in "iuf" or np.any(values != np.round(values))):
+            raise ValueError(f"{name} must hold whole numbers, got {values.tolist()}.")
+        if np.any(values < 0):
+            raise ValueError(f"{name} must be non-negative, got {values.tolist()}.")
+    if np.any(successes > rollouts):
+        raise ValueError("successes must not exceed rollouts for any prompt.")
+    merged: dict[Hashable, list[int]] = {}
+    for prompt_id, success, rollout in zip(ids, successes.tolist(), rollouts.tolist(), strict=True):
+        totals = merged.setdefault(prompt_id, [0, 0])
+        totals[0] += int(success)
+        totals[1] += int(rollout)
+    observed = {prompt_id: (success, rollout) for prompt_id, (success, rollout) in merged.items() if rollout > 0}
+    if not observed:
+        return observed, math.nan
+    return observed, sum(success / rollout for success, rollout in observed.values()) / len(observed)
