@@ -64,7 +64,7 @@ class PassRateHistory:
 
         Call it once per generation round with the whole round: it also sets `round_mean`.
         """
-        merged, round_mean = _merge_round(prompt_ids, successes, rollouts)
+        merged, round_mean = merge_appearances(prompt_ids, successes, rollouts)
         if not math.isnan(round_mean):
             self.round_mean = round_mean
         for prompt_id, appearance in merged.items():
@@ -78,7 +78,7 @@ class PassRateHistory:
         before the round is observed).
         """
         ids = [_plain(prompt_id) for prompt_id in prompt_ids]
-        merged, round_mean = _merge_round(ids, successes, rollouts)
+        merged, round_mean = merge_appearances(ids, successes, rollouts)
         if math.isnan(round_mean):
             round_mean = self.round_mean
         records = {prompt_id: self._records.get(prompt_id, ()) for prompt_id in ids}
@@ -150,7 +150,7 @@ def _pooled(prompt_ids: Sequence[Hashable], records: Mapping) -> tuple[np.ndarra
     return successes, rollouts
 
 
-def _merge_round(prompt_ids: Sequence[Hashable], successes, rollouts) -> tuple[dict, float]:
+def merge_appearances(prompt_ids: Sequence[Hashable], successes, rollouts) -> tuple[dict, float]:
     """A round's (successes, rollouts) per distinct id with rollouts (a listed-twice id sums its counts), and the
     round's mean pass rate over those ids (NaN when none has rollouts); checks the inputs."""
     ids = [_plain(prompt_id) for prompt_id in prompt_ids]
