@@ -15,19 +15,46 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-# TRL output keys that are left-padded (prompts); every other per-row (B, T) tensor is right-padded (completions).
-LEFT_PADDED = ("prompt_ids", "prompt_mask")
-# Per-row (B, T) keys padded with a value other than 0.
-PAD_WITH_TOKEN = ("prompt_ids", "completion_ids")
+# How TRL's `_generate_and_score_completions` pads each per-row (B, T) tensor it returns: (side, fill), fill None = the
+# tokenizer's pad token. Padded positions of the completion-length tensors lie outside `completion_mask`, so the loss
+# never reads their fill; `importance_sampling_ratio` is (B, T) per token or (B, 1) per sequence.
+PADDING = {
+    "prompt_ids": ("left", None),
+    "prompt_mask": ("left", 0),
+    "completion_ids": ("right", None),
+    "completion_mask": ("right", 0),
+    "tool_mask": ("right", 1),
+    "old_per_token_logps": ("right", 0),
+    "ref_per_token_logps": ("right", 0),
+    "sampling_per_token_logps": ("right", 0),
+    "importance_sampling_ratio": ("right", 0),
+}
+# Per-row (B,) tensors: concatenated.
+ROWS = ("advantages",)
 # Per-batch scalars that add up over phases.
 SUMMED = ("num_items_in_batch",)
+# Inputs of multimodal models, which two-phase rounds do not support.
+MULTIMODAL = (
+    "pixel_values",
+    "image_grid_thw",
+    "pixel_attention_mask",
+    "spatial_shapes",
+    "image_sizes",
+    "token_type_ids",
+    "mm_token_type_ids",
+    "image_position_ids",
+    "num_images",
+    "num_tiles",
+)
 
 
 def merge_phase_outputs(outputs: list[dict], pad_token_id: int) -> dict:
     """Concatenate the row batches TRL's `_generate_and_score_completions` returned for each phase.
 
-    Prompts stay left-padded and completions right-padded to the widest phase; `num_items_in_batch` (completion tokens
-    over all processes) is summed. Image inputs are not supported with two phases and raise a `ValueError`.
+    Every (B, T) tensor is padded to the widest phase on the side and with the value TRL pads it with (`PADDING`),
+    per-row tensors are concatenated and `num_items_in_batch` (completion tokens over all processes) is summed. A key
+    not listed here raises a `ValueError` rather than being merged by a guess: multimodal inputs (two phases do not
+    support them) and any key a newer TRL adds, whose padding side is unknown.
     """
     merged = {}
     for key in outputs[0]:
@@ -36,29 +63,31 @@ def merge_phase_outputs(outputs: list[dict], pad_token_id: int) -> dict:
             merged[key] = None
         elif key in SUMMED:
             merged[key] = sum(values[1:], values[0])
-        elif isinstance(values[0], torch.Tensor) and values[0].ndim == 1:
+        elif key in ROWS:
             merged[key] = torch.cat(values)
-        elif isinstance(values[0], torch.Tensor) and values[0].ndim == 2 and key not in _IMAGE_KEYS:
+        elif key in PADDING:
+            side, fill = PADDING[key]
             width = max(value.shape[1] for value in values)
-            fill = pad_token_id if key in PAD_WITH_TOKEN else 0
+            fill = pad_token_id if fill is None else fill
             padded = [
                 F.pad(
-                    value,
-                    (width - value.shape[1], 0) if key in LEFT_PADDED else (0, width - value.shape[1]),
-                    value=fill,
+                    value, (width - value.shape[1], 0) if side == "left" else (0, width - value.shape[1]), value=fill
                 )
                 for value in values
             ]
             merged[key] = torch.cat(padded)
-        else:
+        elif key in MULTIMODAL:
             raise ValueError(
                 f"two_phase_rounds cannot merge the generation output {key!r} (image or other multimodal inputs). "
                 "Set two_phase_rounds=False for this dataset."
             )
+        else:
+            raise ValueError(
+                f"two_phase_rounds cannot merge the generation output {key!r}: this TRL version returns a key "
+                "coba-trl does not know how to pad or concatenate. Install a TRL version coba-trl is tested with "
+                "(see coba_trl.compat) or set two_phase_rounds=False."
+            )
     return merged
-
-
-_IMAGE_KEYS = ("pixel_values", "image_grid_thw", "pixel_attention_mask", "image_sizes", "spatial_shapes")
 
 
 def all_equal_groups(successes: np.ndarray, rollouts: np.ndarray) -> np.ndarray:
