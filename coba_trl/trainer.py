@@ -43,6 +43,7 @@ from coba_trl.round_log import RoundLog, finite, plain
 from coba_trl.sampling import RoundSampler
 from coba_trl.telemetry import budget_metrics
 from coba_trl.validation import (
+    check_context_length,
     check_dataset,
     check_features,
     check_generation_kwargs,
@@ -159,6 +160,7 @@ class CoBAGRPOTrainer(GRPOTrainer):
             check_two_phase_layout(self._prompts_per_round, args.min_generations, args.world_size)
         self._coba_columns = [c for c in (args.prompt_id_column, args.prior_pass_rate_column) if c is not None]
         super().__init__(model, reward_funcs, args, train_dataset, **kwargs)
+        check_context_length(self.model, self.processing_class, train_dataset, args)
         if self.accelerator.num_processes > 1:
             atexit.unregister(destroy_process_group_at_exit)  # registered once per process, however many trainers
             atexit.register(destroy_process_group_at_exit)

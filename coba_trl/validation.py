@@ -1,17 +1,21 @@
-"""Construction-time checks of a CoBA run: the round layout over processes, the dataset, and GRPO features.
+"""Construction-time checks of a CoBA run: the round layout over processes, the dataset, the model's context, GRPO
+features, and access to the Hub before a run that pushes to it.
 
 Config-only checks (min / max generations, allocator parameters) live in `CoBAConfig.__post_init__`; these need the
-dataset, the number of processes or the trainer's arguments. Every error names the field and the fix.
+dataset, the model, the number of processes or the trainer's arguments. Every error names the field and the fix.
 """
 
 from __future__ import annotations
 
 import functools
+import heapq
 import inspect
 import math
 import numbers
 
 from datasets import Dataset, IterableDataset
+
+LONGEST_PROMPTS_TOKENIZED = 16  # prompts tokenized to find the longest one: those with the most characters
 
 
 def check_round_layout(
@@ -163,3 +167,93 @@ def check_success_reward(success_reward_func: str | None, reward_func_names: lis
             f"{reward_func_names}. Set it to one of these names."
         )
     return reward_func_names.index(success_reward_func)
+
+
+def longest_prompt_tokens(train_dataset: Dataset, processing_class) -> int | None:
+    """Tokens of the longest prompt of `train_dataset` as generation sees it (chat template and generation prompt
+    applied), measured on the prompts with the most characters; None when the prompts are neither text nor chat
+    messages of text (images, tool schemas), which this check leaves alone."""
+    tokenizer = getattr(processing_class, "tokenizer", processing_class)
+    if "prompt" not in train_dataset.column_names or not callable(getattr(tokenizer, "encode", None)):
+        return None
+    prompts = train_dataset["prompt"]
+    if not all(_is_text_prompt(prompt) for prompt in prompts):
+        return None
+    longest = heapq.nlargest(LONGEST_PROMPTS_TOKENIZED, prompts, key=_prompt_characters)
+    if not longest:
+        return None
+    lengths = []
+    for prompt in longest:
+        if isinstance(prompt, str):
+            lengths.append(len(tokenizer.encode(prompt, add_special_tokens=False)))
+        else:
+            ids = tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=True, return_dict=False)
+            lengths.append(len(ids))
+    return max(lengths)
+
+
+def _is_text_prompt(prompt) -> bool:
+    if isinstance(prompt, str):
+        return True
+    return isinstance(prompt, list) and all(
+        isinstance(message, dict) and isinstance(message.get("content"), str) for message in prompt
+    )
+
+
+def _prompt_characters(prompt) -> int:
+    return len(prompt) if isinstance(prompt, str) else sum(len(message["content"]) for message in prompt)
+
+
+def check_context_length(model, processing_class, train_dataset: Dataset, args) -> None:
+    """The longest prompt plus `max_completion_length` must fit the model's context (`max_position_embeddings`) and,
+    with colocated vLLM, `vllm_max_model_length`; otherwise generation would overflow on the GPUs, mid-run.
+
+    `model` is the trainer's model (for a PEFT model, its base model's config is read); `args` its `CoBAConfig`.
+    """
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    context = getattr(getattr(base, "config", None), "max_position_embeddings", None)
+    vllm_context = args.vllm_max_model_length if args.use_vllm and args.vllm_mode == "colocate" else None
+    if context is not None and vllm_context is not None and vllm_context > context:
+        raise ValueError(
+            f"vllm_max_model_length ({vllm_context}) is larger than the model's context, max_position_embeddings "
+            f"({context}). Set vllm_max_model_length to at most {context}."
+        )
+    prompt = longest_prompt_tokens(train_dataset, processing_class)
+    if prompt is None:
+        return
+    needed = prompt + args.max_completion_length
+    lengths = (
+        f"The longest prompt of train_dataset ({prompt} tokens) plus max_completion_length "
+        f"({args.max_completion_length}) is {needed} tokens"
+    )
+    if context is not None and needed > context:
+        raise ValueError(
+            f"{lengths}, more than the model's context, max_position_embeddings ({context}). Set "
+            f"max_completion_length to at most {context - prompt}, or drop the longest prompts from train_dataset."
+        )
+    if vllm_context is not None and needed > vllm_context:
+        allowed = f" (the model allows up to {context})" if context is not None else ""
+        raise ValueError(
+            f"{lengths}, more than vllm_max_model_length ({vllm_context}). Raise vllm_max_model_length to at least "
+            f"{needed}{allowed}, or set max_completion_length to at most {vllm_context - prompt}."
+        )
+
+
+def check_hub_access(push_to_hub: bool, hub_token: str | None) -> None:
+    """Before any training: a run that pushes to the Hub needs a token and a reachable Hub."""
+    if not push_to_hub:
+        return
+    from huggingface_hub import constants, get_token, whoami
+
+    fix = "Log in with `hf auth login` (or set HF_TOKEN) on a machine with network access, or drop --push_to_hub."
+    if constants.HF_HUB_OFFLINE:
+        raise ValueError(f"push_to_hub is set, but HF_HUB_OFFLINE is set too, so nothing can reach the Hub. {fix}")
+    token = hub_token or get_token()
+    if token is None:
+        raise ValueError(f"push_to_hub is set, but no Hugging Face token was found (hub_token, HF_TOKEN). {fix}")
+    try:
+        whoami(token=token)
+    except Exception as error:
+        raise ValueError(
+            f"push_to_hub is set, but the Hub did not accept the token or could not be reached ({error}). {fix}"
+        ) from error

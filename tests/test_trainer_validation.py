@@ -1,5 +1,7 @@
 """Construction-time errors of CoBAGRPOTrainer, and the TRL upgrade-safety checks."""
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 from datasets import Dataset, IterableDataset
@@ -9,7 +11,7 @@ from trl.trainer.utils import RepeatSampler
 
 from coba_trl import CoBAConfig, CoBAGRPOTrainer
 from coba_trl.compat import check_signatures, check_trl_version
-from coba_trl.validation import check_round_layout
+from coba_trl.validation import check_context_length, check_hub_access, check_round_layout, longest_prompt_tokens
 
 
 @pytest.fixture(scope="module")
@@ -193,3 +195,50 @@ def test_the_dataset_keeps_exactly_the_users_columns(tmp_path, model_and_tokeniz
     assert trainer.train_dataset.column_names == dataset.column_names == ["prompt", "uid"]
     batch = next(iter(trainer.get_train_dataloader()))
     assert all(set(row) == {"prompt", "uid"} for row in batch)
+
+
+def test_prompt_plus_completion_longer_than_the_context_fails_at_construction(tmp_path, model_and_tokenizer):
+    model, tokenizer = model_and_tokenizer
+    dataset = prompt_dataset()
+    prompt = longest_prompt_tokens(dataset, tokenizer)
+    assert prompt == len(tokenizer.encode("Question 10:", add_special_tokens=False))
+    context = model.config.max_position_embeddings
+    args = CoBAConfig(output_dir=str(tmp_path), per_device_train_batch_size=8, num_generations=4, **TINY_ARGS)
+    args.max_completion_length = context - prompt + 1
+    with pytest.raises(ValueError, match=rf"max_position_embeddings \({context}\).*at most {context - prompt}"):
+        _build(tmp_path, model_and_tokenizer, args=args)
+    args.max_completion_length = context - prompt
+    check_context_length(model, tokenizer, dataset, args)  # exactly the context: accepted
+
+
+def test_chat_prompts_are_measured_with_the_chat_template(model_and_tokenizer):
+    _, tokenizer = model_and_tokenizer
+    messages = [{"role": "user", "content": "2+3="}]
+    dataset = Dataset.from_dict({"prompt": [messages, [{"role": "user", "content": "1+1="}]]})
+    templated = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=False)
+    assert longest_prompt_tokens(dataset, tokenizer) == len(templated)
+    images = Dataset.from_dict({"prompt": [[{"role": "user", "content": [{"type": "image"}]}]]})
+    assert longest_prompt_tokens(images, tokenizer) is None  # not text: left to the backend
+
+
+def test_vllm_max_model_length_is_checked_against_the_prompt_and_the_model(model_and_tokenizer):
+    model, tokenizer = model_and_tokenizer
+    dataset = prompt_dataset()
+    prompt = longest_prompt_tokens(dataset, tokenizer)
+    args = SimpleNamespace(max_completion_length=100, use_vllm=True, vllm_mode="colocate", vllm_max_model_length=64)
+    with pytest.raises(ValueError, match=rf"vllm_max_model_length \(64\).*at least {prompt + 100}"):
+        check_context_length(model, tokenizer, dataset, args)
+    args.vllm_max_model_length = model.config.max_position_embeddings + 1
+    with pytest.raises(ValueError, match="larger than the model's context"):
+        check_context_length(model, tokenizer, dataset, args)
+    args.vllm_mode = "server"  # the server's own --max-model-len applies, not this field
+    check_context_length(model, tokenizer, dataset, args)
+
+
+def test_push_to_hub_is_refused_offline_before_any_training(monkeypatch):
+    from huggingface_hub import constants
+
+    check_hub_access(False, None)
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    with pytest.raises(ValueError, match="HF_HUB_OFFLINE.*hf auth login"):
+        check_hub_access(True, "hf_token")
