@@ -5,6 +5,10 @@ alpha_t, beta_t), the pass-rate history p_i, TRL's micro-step counter (not check
 otherwise put its round boundaries in the wrong place) and the plan of the round in progress. A checkpoint saved
 inside a round lets the resumed run regenerate that round with the same group sizes for the same prompts, without
 observing it a second time (trl-seams.md, "Resume mechanics").
+
+The file says which layout it has (`version`). This code reads `STATE_VERSION` 2 and version 1, the file of coba-trl
+0.1 (allocator and history only, no `version` key; a run resumed from it starts its next round afresh). A file from a
+newer coba-trl is refused with the fix (upgrade), never read by a guess.
 """
 
 from __future__ import annotations
@@ -59,9 +63,22 @@ def save_state(directory: str, state: dict) -> None:
 
 
 def load_state(directory: str) -> dict | None:
-    """The state saved in `directory`, or None when the checkpoint has none (one written before coba-trl)."""
+    """The state saved in `directory` with its `version` (1 or 2), or None when the checkpoint has none (one written
+    without coba-trl). A version this code does not know is a `ValueError` naming the file and the fix."""
     path = os.path.join(directory, STATE_FILE)
     if not os.path.exists(path):
         return None
     with open(path) as f:
-        return json.load(f)
+        state = json.load(f)
+    version = state.get("version", 1)
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise ValueError(
+            f"{path} has the state version {version!r}, which no coba-trl writes: the file was edited or damaged. "
+            "Restore it, or delete it to resume with an empty pass-rate history and capability estimate."
+        )
+    if version > STATE_VERSION:
+        raise ValueError(
+            f"{path} was written by a newer coba-trl (state version {version}; this one reads versions 1 to "
+            f"{STATE_VERSION}). Upgrade coba-trl (`pip install -U coba-trl`) to resume from this checkpoint."
+        )
+    return {**state, "version": version}
