@@ -6,9 +6,9 @@ otherwise put its round boundaries in the wrong place) and the plan of the round
 inside a round lets the resumed run regenerate that round with the same group sizes for the same prompts, without
 observing it a second time (trl-seams.md, "Resume mechanics").
 
-The file says which layout it has (`version`). This code reads `STATE_VERSION` 2 and version 1, the file of coba-trl
-0.1 (allocator and history only, no `version` key; a run resumed from it starts its next round afresh). A file from a
-newer coba-trl is refused with the fix (upgrade), never read by a guess.
+The file says which layout it has (`version`). This code reads `STATE_VERSION` 2 and version 1, the file written
+before exact resume (allocator and history only, no `version` key; a run resumed from it starts its next round
+afresh). A file from a newer coba-trl is refused with the fix (upgrade), never read by a guess.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""The checkpoint state says which layout it has: this code reads its own and coba-trl 0.1's, and refuses a newer or
-an unknown one with the fix, never reading it by a guess."""
+"""The checkpoint state says which layout it has: this code reads its own and the unversioned one written before exact
+resume, and refuses a newer or an unknown one with the fix, never reading it by a guess."""
 
 import json
 
@@ -17,7 +17,7 @@ def test_a_checkpoint_without_a_state_has_none(tmp_path):
     assert load_state(str(tmp_path)) is None
 
 
-def test_a_coba_trl_0_1_state_without_a_version_is_version_1(tmp_path):
+def test_an_unversioned_state_from_before_exact_resume_is_version_1(tmp_path):
     (tmp_path / STATE_FILE).write_text(json.dumps({"allocator": {}, "pass_rate_history": {}}))
     assert load_state(str(tmp_path)) == {"version": 1, "allocator": {}, "pass_rate_history": {}}
 
