@@ -14,6 +14,10 @@ from __future__ import annotations
 import os
 import sys
 
+from coba_trl.numerics import pin_cpu_numerics
+
+if __name__ == "__main__":
+    pin_cpu_numerics()  # the same digits on every x86-64 CPU with AVX2 (docs/numerics.md)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from compare_allocators import ARMS, PROTOCOL, QUICK, Study, main  # noqa: E402

@@ -23,17 +23,45 @@ Uses vLLM when it is installed (or `--backend vllm`), transformers otherwise.
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
 import os
 import sys
 from dataclasses import asdict, dataclass, field
 
-from trl import TrlParser
+import yaml
 
-from coba_trl.data import EVAL_BENCHMARKS, load_dapo_math, load_eval_benchmark
-from coba_trl.evaluation import evaluate_benchmark, markdown_table, transformers_generate, vllm_generate, write_results
-from coba_trl.pass_rates import describe, score_training_set, write_pass_rates
-from coba_trl.rewards import boxed_accuracy_reward, dapo_accuracy_reward
+from coba_trl.numerics import pin_cpu_numerics
+
+
+def evaluates_demo_model(argv: list[str]) -> bool:
+    """True when the model (from the command line or the `--config` file) is a CPU demo's output directory."""
+    probe = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    probe.add_argument("--model_name_or_path", "--model-name-or-path")
+    probe.add_argument("--config")
+    known, _ = probe.parse_known_args(argv)
+    model = known.model_name_or_path
+    if model is None and known.config is not None:
+        with open(known.config) as handle:
+            model = (yaml.safe_load(handle) or {}).get("model_name_or_path")
+    return model is not None and os.path.isfile(os.path.join(model, "demo_summary.json"))
+
+
+if __name__ == "__main__" and evaluates_demo_model(sys.argv[1:]):
+    pin_cpu_numerics()  # the demo's model: the same digits on every x86-64 CPU with AVX2 (docs/numerics.md)
+
+from trl import TrlParser  # noqa: E402
+
+from coba_trl.data import EVAL_BENCHMARKS, load_dapo_math, load_eval_benchmark  # noqa: E402
+from coba_trl.evaluation import (  # noqa: E402
+    evaluate_benchmark,
+    markdown_table,
+    transformers_generate,
+    vllm_generate,
+    write_results,
+)
+from coba_trl.pass_rates import describe, score_training_set, write_pass_rates  # noqa: E402
+from coba_trl.rewards import boxed_accuracy_reward, dapo_accuracy_reward  # noqa: E402
 
 REWARD_FUNCS = {"dapo_accuracy_reward": dapo_accuracy_reward, "boxed_accuracy_reward": boxed_accuracy_reward}
 

@@ -1,0 +1,64 @@
+"""Pin torch's CPU floating-point code paths, so that a CPU run gives the same digits on every x86-64 CPU with AVX2.
+
+torch picks its CPU kernels when it loads: ATen's vectorised kernels (softmax, norms, reductions, the optimizer's
+element-wise steps) use the widest instruction set the processor has (AVX-512 or AVX2), and MKL's matrix products
+choose their own code path for the processor. Other vector widths sum in another order, so an AVX-512 machine and
+an AVX2 machine round differently in the last bit; a small model trained with RL amplifies that into other
+accuracies. Two environment variables, read once when torch loads, fix both choices to the AVX2 paths that every
+x86-64 CPU with AVX2 (Intel since 2013, AMD since 2015) runs alike:
+
+- `ATEN_CPU_CAPABILITY=avx2`: ATen's kernels at AVX2 width;
+- `MKL_CBWR=AVX2`: MKL's conditional numerical reproducibility on its AVX2 code path.
+
+The demo (`examples/train_qwen.py` without `--model_name_or_path`) and the studies under `benchmarks/` call
+`pin_cpu_numerics()` before they import torch; the library itself never does, so a user's own run keeps torch's
+defaults. `COBA_PIN_NUMERICS=0` turns the pinning off; a variable the user has set is left as it is. docs/numerics.md
+states what the pinning costs in speed and what "the same digits" covers.
+
+This module does not import torch, so that it can run before torch loads.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+SWITCH = "COBA_PIN_NUMERICS"
+PINNED_VARIABLES: dict[str, str] = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2"}
+
+
+def pinning_enabled() -> bool:
+    """False when the environment sets `COBA_PIN_NUMERICS=0`, True when it is unset or `1`."""
+    value = os.environ.get(SWITCH, "1").strip()
+    if value not in ("0", "1"):
+        raise ValueError(f"{SWITCH}={value!r}: set it to 1 (pin torch's CPU code paths, the default) or 0 (do not).")
+    return value == "1"
+
+
+def pin_cpu_numerics() -> dict[str, str]:
+    """Set each of `PINNED_VARIABLES` that the environment does not set yet; returns the variables it set.
+
+    Returns an empty dict when `COBA_PIN_NUMERICS=0`. Raises `RuntimeError` when torch is already imported, since
+    torch reads these variables only when it loads: call it at the top of a script, before anything imports torch
+    (transformers, trl, accelerate, datasets do). The variables reach the processes the script starts, too.
+    """
+    if not pinning_enabled():
+        return {}
+    if "torch" in sys.modules:
+        raise RuntimeError(
+            "pin_cpu_numerics() must run before torch is imported (torch reads ATEN_CPU_CAPABILITY and MKL_CBWR when "
+            "it loads): call it at the top of the script, before importing torch, transformers or trl."
+        )
+    pinned = {name: value for name, value in PINNED_VARIABLES.items() if name not in os.environ}
+    os.environ.update(pinned)
+    return pinned
+
+
+def numerics_setting() -> dict[str, str | None]:
+    """The numerics in effect in this process: each pinned variable's value (None: unset), the switch, and torch's
+    CPU capability (`torch.backends.cpu.get_cpu_capability()`) when torch is loaded, without importing it."""
+    setting: dict[str, str | None] = {name: os.environ.get(name) for name in PINNED_VARIABLES}
+    setting[SWITCH] = os.environ.get(SWITCH)
+    torch = sys.modules.get("torch")
+    setting["torch_cpu_capability"] = torch.backends.cpu.get_cpu_capability() if torch is not None else None
+    return setting
