@@ -20,7 +20,6 @@ examples:
 from __future__ import annotations
 
 import argparse
-import difflib
 import importlib
 import os
 import sys
@@ -51,11 +50,9 @@ from trl import ModelConfig, TrlParser, get_peft_config, get_quantization_config
 from coba_trl import CoBAConfig, CoBAGRPOTrainer  # noqa: E402
 from coba_trl.data import DAPO_HUB_ID, load_dapo_math  # noqa: E402
 from coba_trl.demo.config import DEMO_TRAINING_ARGS, DemoArguments  # noqa: E402
-from coba_trl.demo.flags import check_max_steps, check_output_dir, flagged_output_dir  # noqa: E402
 from coba_trl.demo.run import run_demo  # noqa: E402
 from coba_trl.demo.task import make_problems, to_prompt_dataset  # noqa: E402
 from coba_trl.rewards import boxed_accuracy_reward, dapo_accuracy_reward  # noqa: E402
-from coba_trl.validation import check_hub_access  # noqa: E402
 
 ARITHMETIC = "arithmetic"
 REWARD_FUNCS = {"dapo_accuracy_reward": dapo_accuracy_reward, "boxed_accuracy_reward": boxed_accuracy_reward}
@@ -187,80 +184,18 @@ def make_parser() -> TrlParser:
     )
 
 
-def given_fields(argv: list[str]) -> list[str]:
-    """Names of the fields `argv` sets, in order: its `--config` file's keys, then its flags."""
-    names = []
-    for index, token in enumerate(argv):
-        if token == "--config" and index + 1 < len(argv):
-            with open(argv[index + 1]) as handle:
-                names += list(yaml.safe_load(handle) or {})
-        elif token.startswith("--") and token != "--config":
-            names.append(token[2:].split("=", 1)[0].replace("-", "_"))
-    return list(dict.fromkeys(names))
-
-
-def check_flags(parser: TrlParser, argv: list[str]) -> None:
-    """Exit with the closest valid names when a flag is misspelled (before any parsing or training)."""
-    known = {option for action in parser._actions for option in action.option_strings}
-    for token in argv:
-        flag = token.split("=", 1)[0]
-        if flag.startswith("--") and flag not in known:
-            close = difflib.get_close_matches(flag, known, n=3, cutoff=0.6)
-            hint = f"; did you mean {' or '.join(close)}?" if close else "; --help lists every option."
-            parser.error(f"unknown option {flag}{hint}")
-
-
-def _plain(value):
-    """A parsed value in the form its default has (TrainingArguments turns some strings into enums)."""
-    return getattr(value, "value", value)
-
-
-def changed_fields(parsed: tuple, defaults: tuple, names: list[str]) -> dict[str, object]:
-    """The fields among `names` whose parsed value differs from the demo's default, with their values."""
-    changed = {}
-    for name in names:
-        for parsed_args, default_args in zip(parsed, defaults, strict=True):
-            if hasattr(parsed_args, name):
-                value = _plain(getattr(parsed_args, name))
-                if value != _plain(getattr(default_args, name)):
-                    changed[name] = value
-                break
-    return changed
-
-
 def parse(argv: list[str]) -> tuple[ScriptArguments, CoBAConfig, ModelConfig, DemoArguments]:
     """Parse `argv` (`--config file.yaml` plus flags). Without a model name the CPU demo's settings are the defaults
-    (a `--config` file, then the flags, override them) and the demo's flag rules apply (`coba_trl.demo.flags`: its
-    output folder, `--save_steps` alone saves checkpoints); with a model name, TRL's defaults are."""
+    (a `--config` file, then the flags, override them); with one, TRL's defaults are."""
     parser = make_parser()
-    check_flags(parser, argv)
-    if requested_model(argv) is not None:
-        return parser.parse_args_and_config(args=argv)
-    given = given_fields(argv)
-    demo_defaults = dict(DEMO_TRAINING_ARGS)
-    if "save_steps" in given and "save_strategy" not in given:
-        demo_defaults["save_strategy"] = "steps"
-    parser.set_defaults_with_config(**demo_defaults)
-    parsed = parser.parse_args_and_config(args=argv)
-    if "output_dir" in given:
-        return parsed
-    checkpoint = parsed[1].resume_from_checkpoint
-    if checkpoint:
-        output_dir = os.path.dirname(os.path.normpath(checkpoint))
-    else:
-        defaults = make_parser()
-        defaults.set_defaults_with_config(**DEMO_TRAINING_ARGS)
-        output_dir = flagged_output_dir(changed_fields(parsed, defaults.parse_args_and_config(args=[]), given))
-    if output_dir == parsed[1].output_dir:
-        return parsed
-    parser.set_defaults_with_config(output_dir=output_dir)
+    if requested_model(argv) is None:
+        parser.set_defaults_with_config(**DEMO_TRAINING_ARGS)
     return parser.parse_args_and_config(args=argv)
 
 
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     script_args, training_args, model_args, demo_args = parse(argv)
-    check_hub_access(training_args.push_to_hub, training_args.hub_token)
     if model_args.model_name_or_path is not None:
         train(script_args, training_args, model_args, demo_args)
         return
@@ -269,13 +204,10 @@ def main(argv: list[str] | None = None) -> None:
             f"model_name_or_path is not set: the built-in tiny model only runs the '{ARITHMETIC}' demo task. "
             f"Pass --model_name_or_path (e.g. Qwen/Qwen2.5-7B-Instruct) to train on {script_args.dataset_name}."
         )
-    check_max_steps(training_args.max_steps)
-    check_output_dir(training_args.output_dir, demo_args.overwrite_output_dir)
     if training_args.process_index == 0:
-        start = f"resumed from {training_args.resume_from_checkpoint}, " if training_args.resume_from_checkpoint else ""
         print(
             "coba-trl: no model_name_or_path, so this is the offline CPU demo (tiny Qwen2 model, arithmetic task, "
-            f"{training_args.budget_allocator} allocator, {start}{training_args.max_steps} RL steps); output: "
+            f"{training_args.budget_allocator} allocator, {training_args.max_steps} RL steps); output: "
             f"{training_args.output_dir}.\nFlags adjust it; --model_name_or_path trains a real model; --help lists "
             "every option.",
             flush=True,
