@@ -3,15 +3,18 @@
 
 Without --model_name_or_path this runs the offline CPU demo, and every flag adjusts it: a tiny Qwen2 model built
 locally is warm-started on sums of 3 to 7 single digits, then trained with CoBAGRPOTrainer and the DAPO accuracy
-reward (a few minutes on 2 CPU cores, no network; output in outputs/cpu_demo). The defaults listed below are the
-demo's (recipes/cpu_demo.yaml). With --model_name_or_path (a Hub id or a local directory) the defaults are TRL's
-GRPOConfig defaults (bf16, output_dir trainer_output, ...), as in any TRL script.
+reward (a few minutes on 2 CPU cores, no network). The defaults listed below are the demo's (recipes/cpu_demo.yaml).
+The demo writes to outputs/cpu_demo; with flags and no --output_dir, to a folder named after the flags
+(outputs/cpu_demo-budget_allocator_knapsack-max_steps_40 below). It never replaces a finished run's results unless
+--overwrite_output_dir is given. --save_steps N saves a checkpoint every N steps, and --resume_from_checkpoint
+continues from one (no second warm start). With --model_name_or_path (a Hub id or a local directory) the defaults
+are TRL's GRPOConfig defaults (bf16, output_dir trainer_output, ...), as in any TRL script.
 
 Every field of ScriptArguments, CoBAConfig (TRL's GRPOConfig plus the CoBA fields), ModelConfig and DemoArguments
 is a flag; --config FILE.yaml sets any of them from a file, and flags override the file.
 
 examples:
-  python examples/train_qwen.py --budget_allocator knapsack --max_steps 3
+  python examples/train_qwen.py --budget_allocator knapsack --max_steps 40
   python examples/train_qwen.py --config recipes/cpu_demo.yaml --max_steps 20 --output_dir outputs/demo_20
   accelerate launch --config_file recipes/accelerate/zero3_8gpu.yaml examples/train_qwen.py \\
       --config recipes/qwen2.5-7b-instruct_coba.yaml
@@ -20,9 +23,14 @@ examples:
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import difflib
+import functools
 import importlib
 import os
 import sys
+import textwrap
+import warnings
 from dataclasses import dataclass, field
 
 import yaml
@@ -45,14 +53,16 @@ def requested_model(argv: list[str]) -> str | None:
 if __name__ == "__main__" and requested_model(sys.argv[1:]) is None:
     pin_cpu_numerics()  # the CPU demo: the same digits on every x86-64 CPU with AVX2 (docs/numerics.md)
 
-from trl import ModelConfig, TrlParser, get_peft_config, get_quantization_config  # noqa: E402
+from trl import GRPOConfig, ModelConfig, TrlParser, get_peft_config, get_quantization_config  # noqa: E402
 
 from coba_trl import CoBAConfig, CoBAGRPOTrainer  # noqa: E402
 from coba_trl.data import DAPO_HUB_ID, load_dapo_math  # noqa: E402
 from coba_trl.demo.config import DEMO_TRAINING_ARGS, DemoArguments  # noqa: E402
+from coba_trl.demo.flags import check_max_steps, check_output_dir, flagged_output_dir  # noqa: E402
 from coba_trl.demo.run import run_demo  # noqa: E402
 from coba_trl.demo.task import make_problems, to_prompt_dataset  # noqa: E402
 from coba_trl.rewards import boxed_accuracy_reward, dapo_accuracy_reward  # noqa: E402
+from coba_trl.validation import check_hub_access  # noqa: E402
 
 ARITHMETIC = "arithmetic"
 REWARD_FUNCS = {"dapo_accuracy_reward": dapo_accuracy_reward, "boxed_accuracy_reward": boxed_accuracy_reward}
@@ -175,27 +185,104 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefau
     """The description as written (with its example lines), and every option's default."""
 
 
+def coba_options() -> str:
+    """The CoBA flags (the fields `CoBAConfig` adds to `GRPOConfig`) and the demo's, for the top of `--help`."""
+    grpo = {f.name for f in dataclasses.fields(GRPOConfig)}
+    coba = [f"--{f.name}" for f in dataclasses.fields(CoBAConfig) if f.name not in grpo]
+    demo = [f"--{f.name}" for f in dataclasses.fields(DemoArguments)]
+    wrap = functools.partial(textwrap.fill, width=116, initial_indent="  ", subsequent_indent="  ")
+    return (
+        "CoBA options (CoBAConfig; each is described in the list below, after TRL's GRPOConfig options):\n"
+        f"{wrap(' '.join(coba))}\nCPU demo options:\n{wrap(' '.join(demo))}\n"
+    )
+
+
 def make_parser() -> TrlParser:
     return TrlParser(
         (ScriptArguments, CoBAConfig, ModelConfig, DemoArguments),
         usage="python examples/train_qwen.py [--config FILE.yaml] [--FIELD VALUE ...]",
-        description=__doc__,
+        description=f"{__doc__}\n{coba_options()}",
         formatter_class=HelpFormatter,
     )
 
 
+def given_fields(argv: list[str]) -> list[str]:
+    """Names of the fields `argv` sets, in order: its `--config` file's keys, then its flags."""
+    names = []
+    for index, token in enumerate(argv):
+        if token == "--config" and index + 1 < len(argv):
+            with open(argv[index + 1]) as handle:
+                names += list(yaml.safe_load(handle) or {})
+        elif token.startswith("--") and token != "--config":
+            names.append(token[2:].split("=", 1)[0].replace("-", "_"))
+    return list(dict.fromkeys(names))
+
+
+def check_flags(parser: TrlParser, argv: list[str]) -> None:
+    """Exit with the closest valid names when a flag is misspelled (before any parsing or training)."""
+    known = {"--config"} | {option for action in parser._actions for option in action.option_strings}
+    spelled = sorted(option for option in known if "-" not in option[2:])  # --max_steps, not also --max-steps
+    for token in argv:
+        flag = token.split("=", 1)[0]
+        if flag.startswith("--") and flag not in known:
+            close = difflib.get_close_matches("--" + flag[2:].replace("-", "_"), spelled, n=3, cutoff=0.6)
+            hint = f"; did you mean {' or '.join(close)}?" if close else "; --help lists every option."
+            parser.error(f"unknown option {flag}{hint}")
+
+
+def _plain(value):
+    """A parsed value in the form its default has (TrainingArguments turns some strings into enums)."""
+    return getattr(value, "value", value)
+
+
+def changed_fields(parsed: tuple, defaults: tuple, names: list[str]) -> dict[str, object]:
+    """The fields among `names` whose parsed value differs from the demo's default, with their values."""
+    changed = {}
+    for name in names:
+        for parsed_args, default_args in zip(parsed, defaults, strict=True):
+            if hasattr(parsed_args, name):
+                value = _plain(getattr(parsed_args, name))
+                if value != _plain(getattr(default_args, name)):
+                    changed[name] = value
+                break
+    return changed
+
+
 def parse(argv: list[str]) -> tuple[ScriptArguments, CoBAConfig, ModelConfig, DemoArguments]:
     """Parse `argv` (`--config file.yaml` plus flags). Without a model name the CPU demo's settings are the defaults
-    (a `--config` file, then the flags, override them); with one, TRL's defaults are."""
+    (a `--config` file, then the flags, override them) and the demo's flag rules apply (`coba_trl.demo.flags`: its
+    output folder, `--save_steps` alone saves checkpoints); with a model name, TRL's defaults are."""
     parser = make_parser()
-    if requested_model(argv) is None:
-        parser.set_defaults_with_config(**DEMO_TRAINING_ARGS)
+    check_flags(parser, argv)
+    if requested_model(argv) is not None:
+        return parser.parse_args_and_config(args=argv)
+    given = given_fields(argv)
+    demo_defaults = dict(DEMO_TRAINING_ARGS)
+    if "save_steps" in given and "save_strategy" not in given:
+        demo_defaults["save_strategy"] = "steps"
+    parser.set_defaults_with_config(**demo_defaults)
+    parsed = parser.parse_args_and_config(args=argv)
+    if "output_dir" in given:
+        return parsed
+    checkpoint = parsed[1].resume_from_checkpoint
+    if checkpoint:
+        output_dir = os.path.dirname(os.path.normpath(checkpoint))
+    else:
+        defaults = make_parser()
+        defaults.set_defaults_with_config(**DEMO_TRAINING_ARGS)
+        output_dir = flagged_output_dir(changed_fields(parsed, defaults.parse_args_and_config(args=[]), given))
+    if output_dir == parsed[1].output_dir:
+        return parsed
+    parser.set_defaults_with_config(output_dir=output_dir)
     return parser.parse_args_and_config(args=argv)
 
 
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
+    # TRL 1.16 reads transformers' deprecated `is_gradient_checkpointing` at every generation; nothing to act on.
+    warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning)
     script_args, training_args, model_args, demo_args = parse(argv)
+    check_hub_access(training_args.push_to_hub, training_args.hub_token)
     if model_args.model_name_or_path is not None:
         train(script_args, training_args, model_args, demo_args)
         return
@@ -204,10 +291,15 @@ def main(argv: list[str] | None = None) -> None:
             f"model_name_or_path is not set: the built-in tiny model only runs the '{ARITHMETIC}' demo task. "
             f"Pass --model_name_or_path (e.g. Qwen/Qwen2.5-7B-Instruct) to train on {script_args.dataset_name}."
         )
+    check_max_steps(training_args.max_steps)
+    check_output_dir(training_args.output_dir, demo_args.overwrite_output_dir)
     if training_args.process_index == 0:
+        start = (
+            f"resumed from {training_args.resume_from_checkpoint}, " if training_args.resume_from_checkpoint else ""
+        )
         print(
             "coba-trl: no model_name_or_path, so this is the offline CPU demo (tiny Qwen2 model, arithmetic task, "
-            f"{training_args.budget_allocator} allocator, {training_args.max_steps} RL steps); output: "
+            f"{training_args.budget_allocator} allocator, {start}{training_args.max_steps} RL steps); output: "
             f"{training_args.output_dir}.\nFlags adjust it; --model_name_or_path trains a real model; --help lists "
             "every option.",
             flush=True,

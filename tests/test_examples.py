@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from coba_trl.validation import check_round_layout
 
@@ -32,8 +33,8 @@ def load_script():
 
 def test_recipes_exist():
     names = {Path(r).stem for r in RECIPES}
-    for model in ("qwen2.5-7b-instruct", "qwen2.5-7b", "qwen3-4b-base", "qwen3-1.7b-base"):
-        assert f"{model}_coba" in names
+    for model in ("qwen2.5-7b-instruct", "qwen2.5-7b", "qwen2.5-math-7b", "qwen3-4b-base", "qwen3-1.7b-base"):
+        assert f"{model}_coba" in names and f"{model}_grpo" in names
     assert {"qwen2.5-7b-instruct_grpo", "qwen2.5-7b-instruct_knapsack", "cpu_demo"} <= names
     assert any("vllm_server" in name for name in names)
 
@@ -47,7 +48,11 @@ def test_paper_recipe_parses_with_the_paper_numbers(recipe):
     assert args.generation_batch_size == 4096 and args.num_generations == 16
     assert (args.learning_rate, args.warmup_steps, args.num_train_epochs) == (1e-6, 10, 15)
     assert (args.loss_type, args.epsilon, args.epsilon_high, args.beta) == ("dapo", 0.2, 0.28, 0.0)
-    assert (args.max_completion_length, args.temperature) == (4096, 1.0)
+    if "math-7b" in recipe:  # a 4,096-token context shared by prompt and completion
+        assert (args.max_completion_length, args.vllm_max_model_length) == (3072, 4096)
+    else:
+        assert args.max_completion_length == 4096
+    assert args.temperature == 1.0
     assert (args.min_generations, args.max_generations) == (2, 128)
     assert args.use_vllm and args.bf16 and args.activation_checkpointing
     assert args.prompt_id_column == "prompt_id"
@@ -78,9 +83,48 @@ def test_flags_without_a_model_adjust_the_cpu_demo():
     )
     assert model_args.model_name_or_path is None and script_args.dataset_name == "arithmetic"
     assert (args.budget_allocator, args.max_steps) == ("knapsack", 3)
-    assert args.output_dir == "outputs/cpu_demo" and args.use_cpu and not args.bf16
+    assert (
+        args.output_dir == "outputs/cpu_demo-budget_allocator_knapsack-max_steps_3" and args.use_cpu and not args.bf16
+    )
     assert (args.num_generations, args.max_generations, args.learning_rate) == (8, 32, 3e-4)
     assert args.ddp_find_unused_parameters is False
+
+
+def test_a_flagged_demo_writes_to_its_own_folder_and_save_steps_alone_saves():
+    script = load_script()
+    assert script.parse([])[1].output_dir == "outputs/cpu_demo"
+    assert script.parse(["--max_steps", "100", "--seed", "0"])[1].output_dir == "outputs/cpu_demo"  # the defaults
+    assert script.parse(["--max_steps", "4", "--output_dir", "mine"])[1].output_dir == "mine"
+    _, args, _, _ = script.parse(["--save_steps", "2", "--max_steps", "4"])
+    assert (args.save_strategy.value, args.save_steps) == ("steps", 2)
+    assert args.output_dir == "outputs/cpu_demo-save_steps_2-max_steps_4"
+    _, args, _, _ = script.parse(["--save_steps", "2", "--resume_from_checkpoint", "outputs/run/checkpoint-2"])
+    assert args.output_dir == "outputs/run"  # a resumed run writes next to its checkpoint
+
+
+def test_the_demo_refuses_to_replace_a_finished_run_or_run_no_steps(tmp_path):
+    script = load_script()
+    (tmp_path / "demo_summary.json").write_text("{}")
+    with pytest.raises(ValueError, match="overwrite_output_dir"):
+        script.main(["--max_steps", "2", "--output_dir", str(tmp_path)])
+    with pytest.raises(ValueError, match="max_steps is -3"):
+        script.main(["--max_steps", "-3", "--output_dir", str(tmp_path / "new")])
+    with pytest.raises(ValueError, match="not a checkpoint of the CPU demo"):
+        script.main(["--resume_from_checkpoint", str(tmp_path), "--output_dir", str(tmp_path / "new")])
+
+
+def test_a_misspelled_flag_names_the_closest_options(capsys):
+    with pytest.raises(SystemExit):
+        load_script().main(["--max_step", "3"])
+    assert "unknown option --max_step; did you mean --max_steps" in capsys.readouterr().err
+
+
+def test_push_to_hub_offline_fails_before_the_warm_start(monkeypatch, tmp_path):
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    with pytest.raises(ValueError, match="push_to_hub.*HF_HUB_OFFLINE"):
+        load_script().main(["--push_to_hub", "--output_dir", str(tmp_path)])
 
 
 def test_a_model_name_gives_trl_defaults():
@@ -92,9 +136,11 @@ def test_a_model_name_gives_trl_defaults():
 def test_help_opens_with_the_description_the_demo_default_and_examples(capsys):
     with pytest.raises(SystemExit):
         load_script().main(["--help"])
-    head = capsys.readouterr().out[:3000]
+    head = capsys.readouterr().out[:4000]
     assert head.startswith("usage: python examples/train_qwen.py [--config FILE.yaml]")
     assert "offline CPU demo" in head and "--config FILE.yaml sets" in head
+    coba_options = head.split("CoBA options")[1].split("options:")[0]
+    assert "--budget_allocator" in coba_options and "--prior_pass_rate_column" in coba_options
     examples = head.split("examples:")[1].split("options:")[0]
     assert examples.count("examples/train_qwen.py") == 3
 
@@ -157,6 +203,27 @@ def test_short_demo_through_accelerate_launch(tmp_path):
     exec(compile(quick_start, "model card quick start", "exec"), {})  # loads the saved model, asks a training prompt
     assert "[rl] step 4/4  held-out acc" in result.stdout and "'loss'" not in result.stdout
     assert result.stdout.count("[demo] held-out accuracy") == 1
+
+
+@pytest.mark.slow
+def test_a_resumed_demo_ends_where_the_uninterrupted_one_does(tmp_path):
+    from safetensors.torch import load_file
+
+    script = load_script()
+    full, resumed = tmp_path / "full", tmp_path / "resumed"
+    script.main([*SHORT_DEMO, "--save_steps", "2", "--output_dir", str(full)])
+    checkpoint = str(full / "checkpoint-2")
+    script.main(
+        [*SHORT_DEMO, "--save_steps", "2", "--resume_from_checkpoint", checkpoint, "--output_dir", str(resumed)]
+    )
+    summaries = [json.loads((run / "demo_summary.json").read_text()) for run in (full, resumed)]
+    for summary in summaries:
+        del summary["rl_wall_time_s"], summary["wall_time_s"]
+    assert summaries[0] == summaries[1]
+    weights = [load_file(run / "model.safetensors") for run in (full, resumed)]
+    assert all(torch.equal(weights[0][name], weights[1][name]) for name in weights[0])
+    histories = [json.loads((run / "trainer_state.json").read_text())["log_history"] for run in (full, resumed)]
+    assert [record.get("reward") for record in histories[0]] == [record.get("reward") for record in histories[1]]
 
 
 @pytest.mark.slow

@@ -60,6 +60,8 @@ class DemoArguments:
             Learning rate of the warm start.
         demo_eval_steps (`int`, *optional*, defaults to `10`):
             Measure held-out accuracy every this many RL steps.
+        overwrite_output_dir (`bool`, *optional*, defaults to `False`):
+            Replace the results of a finished demo run in `output_dir`; without it such a run is refused.
     """
 
     demo_hidden_size: int = field(default=64, metadata={"help": "Hidden size of the tiny Qwen2 model."})
@@ -73,3 +75,7 @@ class DemoArguments:
     )
     demo_warm_start_learning_rate: float = field(default=3e-3, metadata={"help": "Learning rate of the warm start."})
     demo_eval_steps: int = field(default=10, metadata={"help": "Measure held-out accuracy every this many RL steps."})
+    overwrite_output_dir: bool = field(
+        default=False,
+        metadata={"help": "Replace the results of a finished demo run in output_dir (refused without this flag)."},
+    )

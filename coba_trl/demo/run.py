@@ -6,6 +6,8 @@
    measuring held-out accuracy every `demo_eval_steps` steps.
 4. Write ``demo_summary.json``, the trainer state (log history), the model with its card (``coba_trl.model_card``:
    the CoBA settings and the accuracy before and after RL) and the plots of ``coba_trl.plot``.
+Resumed from a checkpoint (`resume_from_checkpoint`), steps 1 and 2 are skipped: TRL's `train` loads the model,
+the optimizer, the random state and the CoBA state, and the accuracy before RL comes from the checkpoint.
 Only the main process prints; the console shows one line per logging step (``console.py``).
 """
 
@@ -17,11 +19,13 @@ import time
 
 import torch
 from transformers import TrainerCallback
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from coba_trl.config import CoBAConfig
 from coba_trl.demo.accuracy import heldout_accuracy
 from coba_trl.demo.config import DemoArguments
 from coba_trl.demo.console import use_compact_console
+from coba_trl.demo.flags import BEFORE_RL_FILE, SUMMARY_FILE, check_checkpoint
 from coba_trl.demo.task import Problem, demo_problem_sets, to_prompt_dataset
 from coba_trl.demo.warm_start import warm_start
 from coba_trl.model_card import complete_model_card
@@ -30,7 +34,6 @@ from coba_trl.rewards import dapo_accuracy_reward
 from coba_trl.tiny import build_byte_tokenizer, build_tiny_qwen2
 from coba_trl.trainer import CoBAGRPOTrainer
 
-SUMMARY_FILE = "demo_summary.json"
 DATASET_NAME = "coba-trl built-in arithmetic (generated)"
 BASE_MODEL = "a tiny Qwen2 model built in memory (`coba_trl.tiny`) after a short supervised warm start"
 WARM_START_PROBLEMS = 20_000  # size of the pool the warm start samples its batches from
@@ -49,7 +52,8 @@ class HeldoutAccuracyCallback(TrainerCallback):
         return accuracy
 
     def on_train_begin(self, args, state, control, **kwargs):
-        state.log_history.append({"heldout_accuracy": self._accuracy(), "step": state.global_step})
+        if state.global_step == 0:  # a resumed run's log history already holds the step-0 accuracy
+            state.log_history.append({"heldout_accuracy": self._accuracy(), "step": state.global_step})
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         record = state.log_history[-1] if state.log_history else {}
@@ -58,6 +62,19 @@ class HeldoutAccuracyCallback(TrainerCallback):
             record["heldout_accuracy"] = self._accuracy()
             if logs is not None:  # for the console line, which comes after this callback
                 logs["heldout_accuracy"] = record["heldout_accuracy"]
+
+
+class BeforeRLRecord(TrainerCallback):
+    """Writes the held-out accuracy before RL into every checkpoint, so a resumed run needs no second warm start."""
+
+    def __init__(self, before: dict):
+        self.before = before
+
+    def on_save(self, args, state, control, **kwargs):
+        if state.is_world_process_zero:
+            checkpoint = os.path.join(args.output_dir, f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}")
+            with open(os.path.join(checkpoint, BEFORE_RL_FILE), "w") as handle:
+                json.dump(self.before, handle, indent=2)
 
 
 def generation_rounds(args: CoBAConfig, global_steps: int) -> int:
@@ -104,19 +121,29 @@ def run_demo(training_args: CoBAConfig, demo_args: DemoArguments, reward_funcs: 
     train_problems, heldout, sft_problems = demo_problem_sets(
         demo_args.demo_num_train_prompts, demo_args.demo_num_heldout, WARM_START_PROBLEMS, seed=training_args.seed
     )
-    say(f"[warm-start] {demo_args.demo_warm_start_steps} supervised steps on {len(sft_problems)} problems", flush=True)
-    warm_start(
-        model,
-        tokenizer,
-        sft_problems,
-        steps=demo_args.demo_warm_start_steps,
-        learning_rate=demo_args.demo_warm_start_learning_rate,
-        seed=training_args.seed,
-        log_every=50 if training_args.process_index == 0 else 0,
-    )
     max_new_tokens = training_args.max_completion_length
-    before = heldout_accuracy(model, tokenizer, heldout, max_new_tokens)
-    say(f"[warm-start] held-out accuracy before RL: {before['accuracy']:.3f}", flush=True)
+    checkpoint = training_args.resume_from_checkpoint
+    if checkpoint:
+        check_checkpoint(checkpoint)
+        with open(os.path.join(checkpoint, BEFORE_RL_FILE)) as handle:
+            before = json.load(handle)
+        say(f"[resume] from {checkpoint}: no warm start; held-out accuracy before RL was {before['accuracy']:.3f}")
+    else:
+        say(
+            f"[warm-start] {demo_args.demo_warm_start_steps} supervised steps on {len(sft_problems)} problems",
+            flush=True,
+        )
+        warm_start(
+            model,
+            tokenizer,
+            sft_problems,
+            steps=demo_args.demo_warm_start_steps,
+            learning_rate=demo_args.demo_warm_start_learning_rate,
+            seed=training_args.seed,
+            log_every=50 if training_args.process_index == 0 else 0,
+        )
+        before = heldout_accuracy(model, tokenizer, heldout, max_new_tokens)
+        say(f"[warm-start] held-out accuracy before RL: {before['accuracy']:.3f}", flush=True)
     rl_start = time.perf_counter()
 
     trainer = CoBAGRPOTrainer(
@@ -125,10 +152,13 @@ def run_demo(training_args: CoBAConfig, demo_args: DemoArguments, reward_funcs: 
         args=training_args,
         train_dataset=to_prompt_dataset(train_problems),
         processing_class=tokenizer,
-        callbacks=[HeldoutAccuracyCallback(model, tokenizer, heldout, demo_args.demo_eval_steps, max_new_tokens)],
+        callbacks=[
+            HeldoutAccuracyCallback(model, tokenizer, heldout, demo_args.demo_eval_steps, max_new_tokens),
+            BeforeRLRecord(before),
+        ],
     )
     use_compact_console(trainer)
-    trainer.train()
+    trainer.train(resume_from_checkpoint=checkpoint)
     after = heldout_accuracy(model, tokenizer, heldout, max_new_tokens)
     if not trainer.is_world_process_zero():
         return {}

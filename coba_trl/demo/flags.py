@@ -1,0 +1,72 @@
+"""What the demo's command-line flags mean beyond their `CoBAConfig` field: where a run writes, and what it refuses.
+
+- Output folder: the demo without flags writes to ``outputs/cpu_demo``. A run with flags that change the defaults,
+  and no ``--output_dir``, writes to a folder named after those flags
+  (``--budget_allocator knapsack --max_steps 40`` -> ``outputs/cpu_demo-budget_allocator_knapsack-max_steps_40``);
+  a resumed run writes next to its checkpoint. No run replaces a finished run's results (``demo_summary.json``)
+  unless ``--overwrite_output_dir`` is given.
+- ``--save_steps N`` alone turns on step saving (the demo's default ``save_strategy`` is ``"no"``).
+- ``--max_steps`` must be a positive number of RL steps.
+- ``--resume_from_checkpoint DIR`` must name a checkpoint of a demo run: it holds the model, the CoBA state and the
+  held-out accuracy measured before RL, so the warm start is not run again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+
+from coba_trl.checkpoint import STATE_FILE
+from coba_trl.demo.config import DEMO_OUTPUT_DIR
+
+SUMMARY_FILE = "demo_summary.json"
+BEFORE_RL_FILE = "demo_before_rl.json"  # in every demo checkpoint: the accuracy before RL, for a resumed run
+# Fields that say where a run writes or where it resumes from, not what it trains: they do not name its folder.
+PLACEMENT_FIELDS = ("output_dir", "overwrite_output_dir", "resume_from_checkpoint", "config")
+LONGEST_FOLDER_NAME = 120
+
+
+def _slug(value) -> str:
+    text = "_".join(map(str, value)) if isinstance(value, list | tuple) else str(value)
+    return re.sub(r"[^A-Za-z0-9.]+", "_", text).strip("_") or "none"
+
+
+def flagged_output_dir(changed: dict[str, object]) -> str:
+    """The folder of a demo run whose flags changed the fields `changed` (name -> value, in the order given)."""
+    parts = [f"{name}_{_slug(value)}" for name, value in changed.items() if name not in PLACEMENT_FIELDS]
+    if not parts:
+        return DEMO_OUTPUT_DIR
+    name = "-".join([os.path.basename(DEMO_OUTPUT_DIR), *parts])
+    if len(name) > LONGEST_FOLDER_NAME:
+        digest = hashlib.sha1(name.encode()).hexdigest()[:8]
+        name = f"{name[: LONGEST_FOLDER_NAME - 9]}-{digest}"
+    return os.path.join(os.path.dirname(DEMO_OUTPUT_DIR), name)
+
+
+def check_output_dir(output_dir: str, overwrite: bool) -> None:
+    """Refuse to replace a finished run's results, unless `overwrite` (the ``--overwrite_output_dir`` flag)."""
+    summary = os.path.join(output_dir, SUMMARY_FILE)
+    if os.path.isfile(summary) and not overwrite:
+        raise ValueError(
+            f"output_dir {output_dir!r} already holds a finished demo run ({SUMMARY_FILE}). Pass --output_dir NEW_DIR "
+            "to keep it, or --overwrite_output_dir to replace its results."
+        )
+
+
+def check_max_steps(max_steps: int) -> None:
+    if max_steps <= 0:
+        raise ValueError(
+            f"max_steps is {max_steps}: the demo trains for a set number of RL steps. Pass a positive --max_steps "
+            "(the demo's default is 100; its first epoch, 32 steps, splits the budget uniformly)."
+        )
+
+
+def check_checkpoint(checkpoint: str) -> None:
+    """A demo checkpoint holds the CoBA state and the accuracy before RL (written when the demo saves)."""
+    missing = [name for name in (STATE_FILE, BEFORE_RL_FILE) if not os.path.isfile(os.path.join(checkpoint, name))]
+    if missing:
+        raise ValueError(
+            f"resume_from_checkpoint {checkpoint!r} is not a checkpoint of the CPU demo (missing: {', '.join(missing)}). "
+            "Pass a checkpoint-N folder written by a demo run with --save_steps N."
+        )
