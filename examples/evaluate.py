@@ -47,8 +47,25 @@ def evaluates_demo_model(argv: list[str]) -> bool:
     return model is not None and os.path.isfile(os.path.join(model, "demo_summary.json"))
 
 
-if __name__ == "__main__" and evaluates_demo_model(sys.argv[1:]):
-    pin_cpu_numerics()  # the demo's model: the same digits on every x86-64 CPU with AVX2 (docs/numerics.md)
+def evaluates_demo_task(argv: list[str]) -> bool:
+    """True when `argv` or its `--config` file asks for the CPU demo's task (`arithmetic` as a benchmark or as the
+    training set)."""
+    probe = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    probe.add_argument("--benchmarks", nargs="*")
+    probe.add_argument("--train_dataset", "--train-dataset")
+    probe.add_argument("--config")
+    known, _ = probe.parse_known_args(argv)
+    settings = {}
+    if known.config is not None:
+        with open(known.config) as handle:
+            settings = yaml.safe_load(handle) or {}
+    benchmarks = settings.get("benchmarks") or [] if known.benchmarks is None else known.benchmarks
+    train_dataset = settings.get("train_dataset") if known.train_dataset is None else known.train_dataset
+    return train_dataset == "arithmetic" or "arithmetic" in benchmarks
+
+
+if __name__ == "__main__" and (evaluates_demo_model(sys.argv[1:]) or evaluates_demo_task(sys.argv[1:])):
+    pin_cpu_numerics()  # the demo's model or task: the same digits on every x86-64 CPU with AVX2 (docs/numerics.md)
 
 from trl import TrlParser  # noqa: E402
 
