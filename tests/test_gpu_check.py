@@ -1,58 +1,129 @@
-"""The CPU smoke mode of the one-shot GPU check (`benchmarks/gpu_check.py --device cpu`), so the script never rots."""
+"""The one-shot GPU check (`benchmarks/gpu_check.py`) on CPU, so that its single run on a GPU finds every path already
+exercised: the smoke mode, FSDP2 over gloo with the recipe's settings, and what a failing or hanging section leaves."""
 
 import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
+from scripts.benchmarks import load_benchmark
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.slow
-def test_gpu_check_cpu_smoke_runs_every_section(tmp_path):
+def _gpu_check(output_dir: Path, *sections: str) -> dict:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
-    command = [
-        sys.executable,
-        str(ROOT / "benchmarks" / "gpu_check.py"),
-        "--device",
-        "cpu",
-        "--output_dir",
-        str(tmp_path),
-    ]
+    command = [sys.executable, str(ROOT / "benchmarks" / "gpu_check.py"), "--device", "cpu"]
+    command += ["--output_dir", str(output_dir), "--sections", *sections]
     process = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
     assert process.returncode == 0, process.stdout[-4000:] + process.stderr[-4000:]
-    assert "CoBA / GRPO round_time" in process.stdout
-    report = json.loads((tmp_path / "gpu_check.json").read_text())
-    assert set(report) >= {"environment", "sizes", "correctness", "speed", "lora", "fsdp"}
+    report = json.loads((output_dir / "gpu_check.json").read_text())
     assert report["environment"]["versions"]["trl"].startswith("1.16")
+    return report
 
-    # Uniform CoBA reproduces GRPO exactly on CPU; the scripted uneven groups arrive with numpy's advantages.
+
+@pytest.mark.slow
+def test_gpu_check_cpu_smoke_runs_the_in_process_sections(tmp_path):
+    report = _gpu_check(tmp_path, "correctness", "lora", "speed")
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["gpu_check.json"]  # no section left a log
+
+    # Uniform CoBA reproduces GRPO exactly, gradient norms included; the scripted uneven groups arrive with numpy's
+    # advantages.
     equivalence = report["correctness"]["uniform_equals_grpo"]
-    assert (equivalence["rewards"], equivalence["advantages"], equivalence["loss"], equivalence["rounds"]) == (
-        0,
-        0,
-        0,
-        3,
-    )
+    assert [equivalence[key] for key in ("rewards", "advantages", "loss", "grad_norm", "rounds")] == [0, 0, 0, 0, 3]
+    assert min(equivalence["grad_norm_grpo"]) > 0 and equivalence["passed"]
     scripted = report["correctness"]["scripted_allocation"]
     assert scripted["observed_group_sizes"] == scripted["expected_group_sizes"] == [[1, 1, 5, 9], [2, 2, 5, 7]]
     assert scripted["advantages_vs_numpy"] <= 1e-5
 
     # Equal work in every arm (16 completions of exactly 8 tokens), uneven groups only where CoBA allocates.
     arms = report["speed"]["arms"]
+    assert list(arms) == ["coba", "grpo", "uniform"]
     for name, arm in arms.items():
         assert arm["rounds_measured"] == 1 and arm["completion_tokens_per_round"] == 16 * 8, name
         split = arm["generation_s"] + arm["scoring_s"] + arm["training_s"]
         assert arm["round_s"] > 0 and split == pytest.approx(arm["round_s"], rel=1e-6), name
     assert arms["grpo"]["group_size_min"] == arms["uniform"]["group_size_max"] == 4
     assert arms["coba"]["group_size_min"] < 4 < arms["coba"]["group_size_max"]
-    assert set(report["speed"]["ratios_coba_over_grpo"]) == {"round_time", "uniform_round_time"}
+    assert set(report["speed"]["ratios_over_grpo"]) == {"round_time", "uniform_round_time"}
 
     lora, full = report["lora"], arms["coba"]
     assert lora["passed"] and 0 < lora["trainable_parameters"] < full["trainable_parameters"]
-    # FSDP plumbing: the recipe launched a second process that trained one round (FSDP2 itself needs CUDA).
-    fsdp = report["fsdp"]
-    assert fsdp["passed"] and fsdp["num_processes"] == 1 and fsdp["rounds_measured"] == 1
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+def test_fsdp_section_trains_fsdp2_sharded_over_gloo_with_the_recipe(tmp_path):
+    fsdp = _gpu_check(tmp_path, "fsdp")["fsdp"]
+    assert fsdp["passed"] and fsdp["launch"]["exit"] == 0
+    assert fsdp["distributed_type"] == "DistributedType.FSDP" and fsdp["fsdp2_sharded"]
+    assert fsdp["num_processes"] == fsdp["sharded_over"] == 2 and fsdp["rounds_measured"] == 2
+    assert all(norm > 0 for norm in fsdp["grad_norm"])
+    log = (tmp_path / "fsdp.log").read_text()  # the launched processes' own output
+    assert "[fsdp] rank 0: DistributedType.FSDP sharded over 2" in log and "[fsdp] rank 1:" in log
+
+
+def test_a_failing_section_keeps_its_figures_and_leaves_its_traceback(tmp_path):
+    gpu_check = load_benchmark("gpu_check")
+    report = gpu_check.Report(str(tmp_path / "gpu_check.json"), {})
+
+    def second_arm_fails(put, log_path):
+        put("arms", {"coba": 1.0})
+        raise ValueError("out of memory in arm grpo")
+
+    cpu = gpu_check.torch.device("cpu")
+    gpu_check.run_section("speed", second_arm_fails, report, str(tmp_path), cpu, hang_s=60)
+    gpu_check.run_section("lora", lambda put, log_path: put("passed", True), report, str(tmp_path), cpu, hang_s=60)
+    on_disk = json.loads((tmp_path / "gpu_check.json").read_text())
+    assert on_disk["speed"]["arms"] == {"coba": 1.0}
+    assert on_disk["speed"]["error"] == "ValueError: out of memory in arm grpo"
+    assert "in second_arm_fails" in (tmp_path / "speed.log").read_text()
+    assert on_disk["lora"]["passed"] and not (tmp_path / "lora.log").exists()
+    assert [gpu_check.verdict(on_disk[name]) for name in ("speed", "lora")] == ["error", "PASS"]
+
+
+def test_a_section_still_running_writes_where_it_waits(tmp_path):
+    gpu_check = load_benchmark("gpu_check")
+    report = gpu_check.Report(str(tmp_path / "gpu_check.json"), {})
+
+    def waiting_for_a_collective(put, log_path):
+        time.sleep(2.0)
+
+    cpu = gpu_check.torch.device("cpu")
+    gpu_check.run_section("fsdp", waiting_for_a_collective, report, str(tmp_path), cpu, hang_s=0.2)
+    log = (tmp_path / "fsdp.log").read_text()
+    assert log.startswith("Timeout (") and "waiting_for_a_collective" in log
+    assert report.data["fsdp"]["log"] == str(tmp_path / "fsdp.log")
+
+
+def test_launch_stops_a_hanging_process_and_keeps_its_output(tmp_path):
+    fsdp = load_benchmark("gpu_check_fsdp")
+    log = tmp_path / "fsdp.log"
+    command = [sys.executable, "-c", "print('joined the group', flush=True); import time; time.sleep(600)"]
+    assert fsdp.launch(command, str(log), timeout=3, env=dict(os.environ)) is None
+    assert log.read_text() == "joined the group\n"
+    assert fsdp.launch([sys.executable, "-c", "raise SystemExit(3)"], str(log), timeout=60, env=dict(os.environ)) == 3
+
+
+def test_cause_names_the_processes_error_not_the_launchers_banner():
+    fsdp = load_benchmark("gpu_check_fsdp")
+    crash = """\
+[rank0]:   File "benchmarks/gpu_check_fsdp.py", line 119, in fsdp_rounds
+[rank0]: AttributeError: 'DistributedDataParallel' object has no attribute 'is_gradient_checkpointing'
+E1201 12:16:02.474000 6344 torch/distributed/elastic/multiprocessing/api.py:1002] failed (exitcode: 1) local_rank: 0
+Traceback (most recent call last):
+  File "torch/distributed/launcher/api.py", line 383, in launch_agent
+torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+============================================================
+benchmarks/gpu_check_fsdp.py FAILED
+============================================================
+"""
+    assert fsdp.cause(crash) == (
+        "AttributeError: 'DistributedDataParallel' object has no attribute 'is_gradient_checkpointing'"
+    )
+    hang = "NCCL WARN Call to connect returned Connection refused\nTimeout (0:01:45)!\nThread 0x7f (most recent call first):"
+    assert fsdp.cause(hang) == "Timeout (0:01:45)!"
+    assert fsdp.cause("") == "no output"
