@@ -237,6 +237,12 @@ class CoBAConfig(GRPOConfig):
                 "zero_variance_groups='rescue' gives extra completions in the second phase of a round: set "
                 "two_phase_rounds=True, or use 'keep' or 'drop'."
             )
+        if self.zero_variance_groups == "rescue" and self.min_generations < 2:
+            raise ValueError(
+                f"zero_variance_groups='rescue' with min_generations ({self.min_generations}): a screening of one "
+                "completion per prompt finds every group all-equal, so every group would be rescued. Set "
+                "min_generations to 2 or more."
+            )
         if self.group_weighting not in GROUP_WEIGHTINGS:
             raise ValueError(
                 f"group_weighting ({self.group_weighting!r}) must be one of {list(GROUP_WEIGHTINGS)}: 'row' weighs every "

@@ -96,12 +96,12 @@ def all_equal_groups(successes: np.ndarray, rollouts: np.ndarray) -> np.ndarray:
 
 
 def rescue_counts(counts: np.ndarray, rescued: np.ndarray, floor: int, cap: int, extra: int) -> np.ndarray:
-    """Give each `rescued` group at least `extra` rows above `floor`, taken from the largest other groups.
+    """Give each `rescued` group at least `extra` rows above `floor`, taken from the groups with the most rows.
 
     `counts` is the allocator's plan for the whole round (each >= floor = the phase-1 rows, summing to the budget). In
-    batch order, a rescued group below floor + extra takes one row at a time from the group with the most rows above
-    floor + extra among the groups not rescued (ties: the later group), or failing that from any group with more than
-    floor + extra rows, until it reaches floor + extra or no group can give. The total is unchanged, no group exceeds
+    batch order, a rescued group below floor + extra takes one row at a time from whichever group holds the most rows
+    above floor + extra (rescued or not: an all-equal group the allocator already funded generously gives too; ties:
+    the later group), until it reaches floor + extra or no group can give. The total is unchanged, no group exceeds
     `cap`, and the allocator's plan is kept wherever the rescue does not need rows. Deterministic.
     """
     counts = np.asarray(counts, dtype=np.int64).copy()
@@ -109,9 +109,7 @@ def rescue_counts(counts: np.ndarray, rescued: np.ndarray, floor: int, cap: int,
     order = np.arange(len(counts))
     for group in np.flatnonzero(rescued):
         while counts[group] < target:
-            donors = np.flatnonzero(~rescued & (counts > target))
-            if donors.size == 0:
-                donors = np.flatnonzero(counts > target)
+            donors = np.flatnonzero(counts > target)
             if donors.size == 0:
                 break
             donor = donors[np.lexsort((-order[donors], -counts[donors]))[0]]

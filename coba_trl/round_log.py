@@ -14,7 +14,9 @@ runs round by round:
 - `allocator`: the allocator's metrics for this decision: F_t and the smoothed F_bar it used, `alpha` / `beta` for
   CoBA, and what it reported (`unallocated`, band counts, ...);
 - `allocated`: the allocator's counts as returned; `group_sizes`: the round's final group sizes (after the top-up of
-  stranded units and, with `rescue`, the rescue); `rescued`: the rescued prompts (`null` unless `rescue`);
+  stranded units and, with `rescue`, the rescue); `rescued`: the prompts the rescue gave rows to (`null` unless
+  `rescue`);
+- `group_weighting`: `"row"` or `"prompt"` (how much each group weighed in the loss);
 - `successes`: successes per prompt over the whole group (all phases), the values the pass-rate history recorded.
 
 A run resumed from a checkpoint keeps the lines of the rounds that started before the checkpoint and continues the

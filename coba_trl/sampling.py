@@ -82,6 +82,20 @@ class RoundSampler(Sampler[int]):
         start = round_in_epoch * self.prompts_per_round
         return self.permutation(epoch)[start : start + self.prompts_per_round]
 
+    def scheduled_ids(self, micro_step: int, rank: int, local_prompts: list, dataset_prompts) -> list[int]:
+        """The dataset indices of the round at `micro_step`, after checking that the `local_prompts` process `rank`
+        loaded (positions [rank * b, (rank + 1) * b) of the padded round) are those rows of `dataset_prompts`."""
+        indices = self.round_indices(*self.locate(micro_step))
+        for position, row in enumerate(local_prompts, start=rank * self.per_process):
+            if dataset_prompts[indices[position % len(indices)]] != row["prompt"]:
+                raise RuntimeError(
+                    f"At micro-step {micro_step} the dataloader's prompts are not the ones the round sampler "
+                    "scheduled, so dataset row indices cannot identify them (a resume with ignore_data_skip=True "
+                    "does this). Set prompt_id_column to a column of stable prompt ids, or resume without "
+                    "ignore_data_skip."
+                )
+        return indices
+
     def locate(self, micro_step: int) -> tuple[int, int]:
         """(epoch, round within the epoch) of the dataloader batch consumed at training micro-step `micro_step`."""
         round_number = micro_step // self.repeat_count

@@ -26,3 +26,71 @@ def budget_metrics(group_sizes: np.ndarray, pass_rates: np.ndarray) -> dict[str,
         if mask.any():
             metrics[f"budget/mean_by_pass_rate/{name}"] = sizes[mask].mean()
     return {key: float(value) for key, value in metrics.items()}
+
+
+def round_metrics(plan, scored, reward_weights, reward_func_names: list[str], num_phases: int) -> tuple[dict, dict]:
+    """A round's metrics as `(replaced, added)`: values for keys TRL logged once per phase over groups of one, and
+    CoBA's own keys (`coba/...`).
+
+    TRL's `frac_reward_zero_std` saw groups of one; with two phases its `reward`, `reward_std` and
+    `rewards/<name>/mean|std` saw each phase alone: all are recomputed over the whole round (unscorable rows, NaN for
+    every reward function, left out as TRL leaves them out). TRL's `reward` averages over completion rows, so under
+    CoBA a prompt weighs as much as its group is large; `coba/reward_per_prompt` and
+    `coba/rewards/<name>/mean_per_prompt` average each group's mean over prompts instead: the quantity GRPO's
+    `reward` measures (all its groups are equal), for comparing curves.
+    """
+    import torch
+    from trl.trainer.utils import nanstd
+
+    from coba_trl.advantages import segment_nanmean
+
+    rewards, group_ids, num_groups = scored.rewards, scored.group_ids, len(plan.group_sizes)
+    weighted = (rewards * reward_weights.to(rewards.device).unsqueeze(0)).nansum(dim=1)
+    weighted[torch.isnan(rewards).all(dim=1)] = torch.nan
+    replaced = {"frac_reward_zero_std": scored.zero_spread.float().mean().item()}
+    if num_phases > 1:
+        replaced.update(reward=torch.nanmean(weighted).item(), reward_std=nanstd(weighted).item())
+        for column, name in enumerate(reward_func_names):
+            replaced[f"rewards/{name}/mean"] = torch.nanmean(rewards[:, column]).item()
+            replaced[f"rewards/{name}/std"] = nanstd(rewards[:, column]).item()
+    added = {"coba/reward_per_prompt": torch.nanmean(segment_nanmean(weighted, group_ids, num_groups)).item()}
+    for column, name in enumerate(reward_func_names):
+        per_prompt = segment_nanmean(rewards[:, column], group_ids, num_groups)
+        added[f"coba/rewards/{name}/mean_per_prompt"] = torch.nanmean(per_prompt).item()
+    if plan.rescued is not None:  # groups the rescue gave rows to that now have a spread
+        added["coba/rescued_with_spread"] = float((plan.rescued & ~scored.zero_spread.cpu().numpy()).sum())
+    if scored.dropped_groups is not None:
+        added["coba/dropped_groups"] = float(scored.dropped_groups)
+        added["coba/dropped_tokens"] = scored.dropped_tokens
+    if scored.group_weights is not None:
+        added["coba/group_weight_min"] = scored.group_weights.min().item()
+        added["coba/group_weight_max"] = scored.group_weights.max().item()
+    return replaced, added
+
+
+def merge_phase_metrics(logged: dict, rows: list[int]) -> dict[str, float]:
+    """TRL's `completions/*` and `sampling/*` values of a two-phase round's phases (the last `len(rows)` of each list
+    in `logged`), combined into the round's: minima and maxima over phases, means weighted by each phase's rows
+    (terminated lengths by its terminated rows; a phase without any, which TRL logs as 0, left out)."""
+    num_phases = len(rows)
+    rows = np.asarray(rows, dtype=np.float64)
+    clipped = np.asarray(logged.get("completions/clipped_ratio", [0.0] * num_phases)[-num_phases:], dtype=np.float64)
+    terminated = rows * (1.0 - clipped)
+    merged = {}
+    for key, values in logged.items():
+        if not key.startswith(("completions/", "sampling/")) or len(values) < num_phases:
+            continue
+        values = np.asarray(values[-num_phases:], dtype=np.float64)
+        weights = rows
+        if key.endswith("terminated_length"):
+            weights, values = terminated[terminated > 0], values[terminated > 0]
+            if values.size == 0:
+                merged[key] = 0.0
+                continue
+        if "/min" in key:
+            merged[key] = float(values.min())
+        elif "/max" in key:
+            merged[key] = float(values.max())
+        else:
+            merged[key] = float(np.average(values, weights=weights))
+    return merged

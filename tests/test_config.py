@@ -44,6 +44,7 @@ def test_trl_parser_reads_yaml_and_command_line(tmp_path):
         (dict(budget_allocator="greedy"), "budget_allocator"),
         (dict(pass_rate_window=0), "pass_rate_window"),
         (dict(group_weighting="sequence"), "group_weighting"),
+        (dict(two_phase_rounds=True, zero_variance_groups="rescue", min_generations=1), "min_generations"),
         (dict(success_threshold=float("nan")), "success_threshold"),
         (dict(pass_rate_prior_strength=-1.0), "pass_rate_prior_strength"),
         (dict(pass_rate_prior_strength=float("inf")), "pass_rate_prior_strength"),

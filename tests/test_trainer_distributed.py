@@ -85,3 +85,19 @@ def test_two_phase_rounds_agree_over_two_processes(tmp_path):
     assert [[str(i) for i in r["prompt_ids"]] for r in logged] == [ids for ids, _ in ranks[0]["rounds"]]
     assert [r["group_sizes"] for r in logged] == [sizes for _, sizes in ranks[0]["rounds"]]
     assert all(len(r["screen_successes"]) == 3 for r in logged)
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+@pytest.mark.timeout(300)
+def test_a_failure_on_process_0_stops_every_process_with_its_error(tmp_path):
+    # The allocator runs on process 0 only; when it raises, the other process must not wait in the next collective
+    # until a launcher or NCCL timeout: both raise the same error, and the launch ends.
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
+    result = subprocess.run(
+        [*command, str(SCRIPT), str(tmp_path), "fail"], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode != 0
+    errors = [(tmp_path / f"rank{rank}.error").read_text() for rank in range(2)]
+    assert errors[0] == errors[1] == "ValueError: the allocator failed in round 2"

@@ -128,6 +128,9 @@ def test_rescue_counts_by_hand():
     assert rescue_counts(counts, rescued, floor=2, cap=16, extra=2).tolist() == [4, 6, 4, 6]
     # nobody but rescued groups above the target: the rescue takes what it can, totals unchanged
     assert rescue_counts(np.array([2, 5, 3]), np.array([True, True, False]), 2, 16, 2).tolist() == [3, 4, 3]
+    # an all-equal group the allocator funded generously gives too: the largest group donates, rescued or not
+    counts, rescued = np.array([12, 2, 6]), np.array([True, True, False])
+    assert rescue_counts(counts, rescued, floor=2, cap=16, extra=2).tolist() == [10, 4, 6]
 
 
 def test_phase_outputs_merge_with_their_padding():

@@ -133,7 +133,8 @@ def main(out_dir: str, mode: str = "scripted", resume_from: str | None = None) -
 
     `scripted`: scripted uneven group sizes, parity reward. `coba`: the CoBA allocator with a step-dependent reward,
     a checkpoint every step (resume with a third argument, the checkpoint folder). `two-phase`: `coba` with two-phase
-    rounds and rescued zero-variance groups.
+    rounds and rescued zero-variance groups. `fail`: `scripted` with an allocator that raises in round 2, on process 0
+    only; every rank writes the error it raised to OUT_DIR/rank{R}.error.
     """
     from coba_trl import CoBAGRPOTrainer
 
@@ -144,6 +145,25 @@ def main(out_dir: str, mode: str = "scripted", resume_from: str | None = None) -
         trainer = CoBAGRPOTrainer(model, parity_reward, args=args, train_dataset=dataset, processing_class=tokenizer)
         sizes = iter([[1, 9, 2], [2, 3, 7], [6, 5, 1]])
         trainer.allocator.allocate = lambda pass_rates, total_budget: np.array(next(sizes))
+    elif mode == "fail":
+        args = _odd_layout_args(out_dir)
+        trainer = CoBAGRPOTrainer(model, parity_reward, args=args, train_dataset=dataset, processing_class=tokenizer)
+        calls = []
+
+        def allocate(pass_rates, total_budget):
+            calls.append(total_budget)
+            if len(calls) == 2:
+                raise ValueError("the allocator failed in round 2")
+            return np.array([4, 4, 4])
+
+        trainer.allocator.allocate = allocate
+        try:
+            trainer.train()
+        except Exception as error:
+            with open(os.path.join(out_dir, f"rank{trainer.accelerator.process_index}.error"), "w") as f:
+                f.write(f"{type(error).__name__}: {error}")
+            raise
+        return
     else:
         two_phase = dict(two_phase_rounds=True, zero_variance_groups="rescue", min_generations=2)
         two_phase = two_phase if mode == "two-phase" else {}
@@ -167,8 +187,8 @@ def main(out_dir: str, mode: str = "scripted", resume_from: str | None = None) -
             },
             f,
         )
-    # Destroys the process group; its gloo threads are joined by the trainer's atexit hook, which collects the trainer
-    # once main() has returned (docs/training.md, Teardown): the tests' exit code checks the hook.
+    # train() ended with a barrier, the last collective, so no gloo worker thread is left pending (docs/training.md,
+    # Teardown); the script owns the process group and destroys it. The tests' exit code checks the teardown.
     trainer.accelerator.end_training()
 
 
