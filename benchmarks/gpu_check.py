@@ -37,7 +37,7 @@ os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # deterministic cuB
 
 import torch  # noqa: E402
 from gpu_check_fsdp import check_fsdp  # noqa: E402
-from gpu_check_sections import RATIOS, check_correctness, check_lora, measure_speed  # noqa: E402
+from gpu_check_sections import ARMS, RATIOS, check_correctness, check_lora, measure_speed  # noqa: E402
 from gpu_check_trainers import CPU_SMOKE, QWEN25_05B, Sizes, free_memory  # noqa: E402
 
 SECTIONS = ("correctness", "fsdp", "lora", "speed")
@@ -56,16 +56,25 @@ class Report:
 
     def save(self) -> None:
         with open(self.path + ".tmp", "w") as f:
-            json.dump(self.data, f, indent=1)
+            json.dump(self.data, f, indent=1, default=plain)
         os.replace(self.path + ".tmp", self.path)
 
 
+def plain(value):
+    """A numpy or torch value as JSON can hold it (a scalar's Python value, an array's list), anything else as text:
+    one odd figure must not stop every later write."""
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    return str(value)
+
+
 def estimates(sizes: Sizes, device: torch.device, fsdp_timeout: float) -> dict:
-    """Planned seconds per section on one H200 (estimates, not measurements): about 10 s per speed round of 512
+    """Planned seconds on one H200 (estimates, not measurements): 15 s of imports, about 10 s per speed round of 512
     completions of 256 tokens, 5 s to build a model, 45 s for the FSDP launch (a second Python, imports, two rounds)."""
     if device.type != "cuda":
         return {}
-    return {"correctness": 20, "fsdp": min(45, fsdp_timeout), "lora": 15, "speed": 3 * (5 + (1 + sizes.rounds) * 10)}
+    speed = len(ARMS) * (5 + (1 + sizes.rounds) * 10)
+    return {"imports": 15, "correctness": 20, "fsdp": min(45, fsdp_timeout), "lora": 15, "speed": speed}
 
 
 def run_section(name: str, section, report: Report, output_dir: str, device: torch.device, hang_s: float) -> None:
@@ -77,22 +86,32 @@ def run_section(name: str, section, report: Report, output_dir: str, device: tor
     start = time.perf_counter()
     open(log_path, "w").close()
     with open(log_path, "a") as log:  # appending: a launched process appends its output to the same file
-        faulthandler.dump_traceback_later(hang_s, file=log)
+        faulthandler.dump_traceback_later(max(hang_s, 1.0), file=log)
         try:
             section(put, log_path)
         except Exception as error:
-            traceback.print_exc(file=log)
-            traceback.print_exc()
-            put("error", f"{type(error).__name__}: {error}")
+            failed(error, "error", put, log)
         finally:
             faulthandler.cancel_dump_traceback_later()
-    free_memory(device)
+        try:
+            free_memory(device)
+        except Exception as error:  # a CUDA error that outlived the section: the next sections will meet it too
+            failed(error, "error_freeing_memory", put, log)
     put("section_s", time.perf_counter() - start)
     if os.path.getsize(log_path):
         put("log", log_path)
     else:
         os.remove(log_path)
-    print(f"[{name}] {verdict(report.data[name])} in {report.data[name]['section_s']:.1f} s", flush=True)
+    section_s, at = report.data[name]["section_s"], time.perf_counter() - START
+    print(f"[{name}] {verdict(report.data[name])} in {section_s:.1f} s ({at:.0f} s since the start)", flush=True)
+
+
+def failed(error: Exception, key: str, put, log) -> None:
+    """Record `error` under `key`, its traceback in the section's log and in the output."""
+    traceback.print_exc(file=log)
+    log.flush()
+    traceback.print_exc()
+    put(key, f"{type(error).__name__}: {error}")
 
 
 def verdict(result: dict) -> str:
@@ -100,7 +119,7 @@ def verdict(result: dict) -> str:
     checks = [result.get("passed", True)] + [
         v["passed"] for v in result.values() if isinstance(v, dict) and "passed" in v
     ]
-    return "error" if "error" in result else "PASS" if all(checks) else "FAIL"
+    return "error" if {"error", "error_freeing_memory"} & set(result) else "PASS" if all(checks) else "FAIL"
 
 
 def environment(device: torch.device) -> dict:
@@ -155,6 +174,11 @@ def main() -> None:
     )
     args = parser.parse_args()
     device = torch.device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        sys.exit(
+            f"CUDA is not available to torch {torch.__version__} (CUDA {torch.version.cuda}); --device cpu runs "
+            "the CPU smoke"
+        )
     sizes = QWEN25_05B if device.type == "cuda" else CPU_SMOKE
     sizes = dataclasses.replace(sizes, rounds=args.rounds or sizes.rounds)
     fsdp_timeout = args.fsdp_timeout or (120.0 if device.type == "cuda" else 300.0)
@@ -163,12 +187,13 @@ def main() -> None:
     os.makedirs(out, exist_ok=True)
     report = Report(os.path.join(out, "gpu_check.json"), {"environment": environment(device)})
     report.data["sizes"] = dataclasses.asdict(sizes)
-    planned = {name: s for name, s in estimates(sizes, device, fsdp_timeout).items() if name in args.sections}
+    planned = estimates(sizes, device, fsdp_timeout)
+    planned = {name: s for name, s in planned.items() if name in args.sections or name == "imports"}
     if planned:
         plan = ", ".join(f"{name} ~{s:.0f} s" for name, s in planned.items())
-        print(f"plan (estimate for one H200): {plan}; about {sum(planned.values()) / 60:.1f} min after the imports")
+        print(f"plan (estimate for one H200): {plan}; about {sum(planned.values()) / 60:.1f} min in all")
     print(
-        f"speed starts no round after {args.time_limit:.0f} s; the FSDP launch is stopped after {fsdp_timeout:.0f} s"
+        f"no speed round starts after {args.time_limit:.0f} s; the FSDP launch is stopped after {fsdp_timeout:.0f} s"
     )
     report.put("plan", "estimates_s", planned)
     with tempfile.TemporaryDirectory(prefix="gpu_check_") as runs:  # the trainers' output_dir (nothing is saved)
