@@ -2,15 +2,10 @@
 """avg@k of a model on AIME24, AIME25, AMC23, MATH500, OlympiadBench and Minerva (the paper's evaluation), or the
 per-prompt pass rates of a training set (`--train_dataset`) for `--prior_pass_rate_column`.
 
-    python examples/evaluate.py --model_name_or_path outputs/qwen2.5-7b-instruct_coba
-    python examples/evaluate.py --model_name_or_path Qwen/Qwen2.5-7B-Instruct --benchmarks aime24 aime25 \\
-        --benchmark_paths aime25=opencompass/AIME2025 --k 16 --tensor_parallel_size 2
-    python examples/evaluate.py --model_name_or_path Qwen/Qwen2.5-7B-Instruct \\
-        --train_dataset BytedTsinghua-SIA/DAPO-Math-17k --k 8 --output_dir outputs/pass_rates
-
-Benchmarks: defaults follow algorithm.md section 7: k = 16 samples per problem, temperature 1.0, top-p 0.9, prompts
-asking for a final `\\boxed{}` answer. Writes `eval_results.json` and `eval_results.md` (a row per benchmark and the
-overall mean) and, per benchmark, `samples_<name>.jsonl` with every completion and its score to `--output_dir`.
+Benchmarks: the defaults follow the paper's evaluation (docs/algorithm.md, "Training settings of the released run"):
+k = 16 samples per problem, temperature 1.0, top-p 0.9, prompts asking for a final `\\boxed{}` answer. Writes
+`eval_results.json` and `eval_results.md` (a row per benchmark and the overall mean) and, per benchmark,
+`samples_<name>.jsonl` with every completion and its score to `--output_dir`.
 
 Training set (`--train_dataset`, any source `load_dapo_math` reads): k samples per prompt at the training sampling
 (temperature 1.0, top-p 1.0, DAPO's `Answer:` instruction), graded with the training reward (`--reward_func`, a
@@ -18,7 +13,21 @@ success when the reward is >= 1.0); writes `<output_dir>/train_pass_rates.parque
 `pass_rate` column. Train on it with `--dataset_name <that file> --prior_pass_rate_column pass_rate`, so the
 allocation starts at step 1 instead of spending epoch 1 uniform (`coba_trl.pass_rates`).
 
-Uses vLLM when it is installed (or `--backend vllm`), transformers otherwise.
+The CPU demo's model evaluates offline on the demo's own task: `--benchmarks arithmetic` samples the demo's 300
+held-out problems, `--train_dataset arithmetic` scores its 512 training prompts (both built as the demo builds them
+with its default seed, in the demo's `Answer: N` format; completions default to the demo's 12 tokens).
+
+Uses vLLM when it is installed (or `--backend vllm`), transformers otherwise. A model or dataset given as a Hub id
+needs the Hub; without network, pass a local directory or file.
+
+examples:
+  python examples/evaluate.py --model_name_or_path outputs/cpu_demo --benchmarks arithmetic --k 4 \\
+      --output_dir outputs/cpu_demo_eval
+  python examples/evaluate.py --model_name_or_path outputs/qwen2.5-7b-instruct_coba
+  python examples/evaluate.py --model_name_or_path Qwen/Qwen2.5-7B-Instruct --benchmarks aime24 aime25 \\
+      --benchmark_paths aime25=opencompass/AIME2025 --k 16 --tensor_parallel_size 2
+  python examples/evaluate.py --model_name_or_path Qwen/Qwen2.5-7B-Instruct \\
+      --train_dataset BytedTsinghua-SIA/DAPO-Math-17k --k 8 --output_dir outputs/pass_rates
 """
 
 from __future__ import annotations
@@ -70,6 +79,9 @@ if __name__ == "__main__" and (evaluates_demo_model(sys.argv[1:]) or evaluates_d
 from trl import TrlParser  # noqa: E402
 
 from coba_trl.data import EVAL_BENCHMARKS, load_dapo_math, load_eval_benchmark  # noqa: E402
+from coba_trl.data.sources import LOCAL_MODEL, hub_error, hub_unreachable, require_hub  # noqa: E402
+from coba_trl.demo.config import DEMO_TRAINING_ARGS, DemoArguments  # noqa: E402
+from coba_trl.demo.task import demo_problem_sets, to_prompt_dataset  # noqa: E402
 from coba_trl.evaluation import (  # noqa: E402
     evaluate_benchmark,
     markdown_table,
@@ -81,6 +93,7 @@ from coba_trl.pass_rates import describe, score_training_set, write_pass_rates  
 from coba_trl.rewards import boxed_accuracy_reward, dapo_accuracy_reward  # noqa: E402
 
 REWARD_FUNCS = {"dapo_accuracy_reward": dapo_accuracy_reward, "boxed_accuracy_reward": boxed_accuracy_reward}
+ARITHMETIC = "arithmetic"  # the CPU demo's task, built locally
 
 
 @dataclass
@@ -92,8 +105,9 @@ class EvalArguments:
         model_name_or_path (`str`):
             Model to evaluate: Hub id or local directory (e.g. a training `output_dir`).
         train_dataset (`str` or `None`, *optional*, defaults to `None`):
-            Score this training set (a DAPO-Math Hub id or a local parquet / jsonl / json file) instead of the
-            benchmarks: writes `train_pass_rates.parquet` with a `pass_rate` column.
+            Score this training set (a DAPO-Math Hub id, a local parquet / jsonl / json file, or `arithmetic`, the
+            CPU demo's prompts) instead of the benchmarks: writes `train_pass_rates.parquet` with a `pass_rate`
+            column.
         dataset_config (`str` or `None`, *optional*, defaults to `None`):
             Hub config of `train_dataset`, e.g. `all`, `en` or `cn` for `open-r1/DAPO-Math-17k-Processed`.
         dataset_train_split (`str`, *optional*, defaults to `"train"`):
@@ -101,7 +115,8 @@ class EvalArguments:
         reward_func (`str`, *optional*, defaults to `"dapo_accuracy_reward"`):
             Reward that defines a success for the pass rates (the training reward).
         benchmarks (`list[str]`, *optional*, defaults to all six):
-            Benchmarks to run, among `aime24`, `aime25`, `amc23`, `math500`, `olympiadbench`, `minerva`.
+            Benchmarks to run, among `aime24`, `aime25`, `amc23`, `math500`, `olympiadbench`, `minerva`, or
+            `arithmetic` (the CPU demo's held-out problems, built locally).
         benchmark_paths (`list[str]`, *optional*, defaults to `[]`):
             Other sources as `name=path_or_hub_id` (local parquet / jsonl / json files work offline).
         k (`int`, *optional*, defaults to `16`):
@@ -110,8 +125,8 @@ class EvalArguments:
             Sampling temperature.
         top_p (`float` or `None`, *optional*, defaults to `None`):
             Nucleus sampling threshold; None = 0.9 for benchmarks, 1.0 (TRL's training default) for a training set.
-        max_new_tokens (`int`, *optional*, defaults to `4096`):
-            Longest completion.
+        max_new_tokens (`int` or `None`, *optional*, defaults to `None`):
+            Longest completion; None = 4096, or the demo's 12 for a CPU demo's model.
         instruction (`str` or `None`, *optional*, defaults to `None`):
             Answer format the prompt asks for: `boxed`, `answer` (DAPO's `Answer:` line) or `none`; None = `boxed` for
             benchmarks, `answer` (the training format) for a training set.
@@ -127,8 +142,9 @@ class EvalArguments:
     train_dataset: str | None = field(
         default=None,
         metadata={
-            "help": "Score this training set (DAPO-Math Hub id or local file) instead of the benchmarks: writes "
-            "train_pass_rates.parquet with a pass_rate column for --prior_pass_rate_column."
+            "help": "Score this training set (DAPO-Math Hub id, local file, or 'arithmetic', the CPU demo's prompts) "
+            "instead of the benchmarks: writes train_pass_rates.parquet with a pass_rate column for "
+            "--prior_pass_rate_column."
         },
     )
     dataset_config: str | None = field(default=None, metadata={"help": "Hub config of train_dataset."})
@@ -139,7 +155,7 @@ class EvalArguments:
     )
     benchmarks: list[str] = field(
         default_factory=lambda: list(EVAL_BENCHMARKS),
-        metadata={"help": f"Benchmarks to run, among {list(EVAL_BENCHMARKS)}."},
+        metadata={"help": f"Benchmarks to run, among {list(EVAL_BENCHMARKS)}, or '{ARITHMETIC}' (the CPU demo's)."},
     )
     benchmark_paths: list[str] = field(
         default_factory=list,
@@ -150,7 +166,9 @@ class EvalArguments:
     top_p: float | None = field(
         default=None, metadata={"help": "Nucleus sampling threshold; None = 0.9 (benchmarks) or 1.0 (training set)."}
     )
-    max_new_tokens: int = field(default=4096, metadata={"help": "Longest completion."})
+    max_new_tokens: int | None = field(
+        default=None, metadata={"help": "Longest completion; None = 4096, or the demo's 12 for a CPU demo's model."}
+    )
     instruction: str | None = field(
         default=None,
         metadata={
@@ -172,6 +190,10 @@ class EvalArguments:
     output_dir: str = field(default="outputs/eval", metadata={"help": "Where the tables and samples are written."})
 
 
+class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
+    """The description as written (with its example lines), and every option's default."""
+
+
 def parse_paths(entries: list[str]) -> dict[str, str]:
     paths = {}
     for entry in entries:
@@ -185,6 +207,8 @@ def parse_paths(entries: list[str]) -> dict[str, str]:
 
 
 def build_generate(args: EvalArguments):
+    if not os.path.isdir(args.model_name_or_path):
+        require_hub("model", args.model_name_or_path, LOCAL_MODEL)
     use_vllm = args.backend == "vllm" or (args.backend == "auto" and importlib.util.find_spec("vllm") is not None)
     if use_vllm:
         from vllm import LLM
@@ -203,8 +227,12 @@ def build_generate(args: EvalArguments):
     torch.manual_seed(args.seed)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     dtype = "auto" if args.dtype == "auto" else getattr(torch, args.dtype)
-    model = AutoModelForCausalLM.from_pretrained(args.model_name_or_path, dtype=dtype).to(device).eval()
-    tokenizer = AutoTokenizer.from_pretrained(args.model_name_or_path)
+    try:
+        model = AutoModelForCausalLM.from_pretrained(args.model_name_or_path, dtype=dtype).to(device).eval()
+        tokenizer = AutoTokenizer.from_pretrained(args.model_name_or_path)
+    except OSError as error:  # not a local directory, and not on the Hub or not in the offline cache
+        reason = hub_unreachable() or f"{type(error).__name__}: {error}"
+        raise hub_error("model", args.model_name_or_path, reason, LOCAL_MODEL) from error
     generate = transformers_generate(
         model, tokenizer, args.max_new_tokens, args.temperature, args.top_p, args.batch_size
     )
@@ -212,8 +240,12 @@ def build_generate(args: EvalArguments):
 
 
 def fill_mode_defaults(args: EvalArguments) -> EvalArguments:
-    """Benchmarks ask for `\\boxed{}` at top-p 0.9 (the paper); a training set is sampled as training samples it."""
+    """Benchmarks ask for `\\boxed{}` at top-p 0.9 (the paper); a training set is sampled as training samples it; a CPU
+    demo's model writes the demo's short completions."""
     training = args.train_dataset is not None
+    if args.max_new_tokens is None:
+        demo = evaluates_demo_model(["--model_name_or_path", args.model_name_or_path])
+        args.max_new_tokens = DEMO_TRAINING_ARGS["max_completion_length"] if demo else 4096
     if args.instruction is None:
         args.instruction = "answer" if training else "boxed"
     if args.top_p is None:
@@ -221,15 +253,25 @@ def fill_mode_defaults(args: EvalArguments) -> EvalArguments:
     return args
 
 
+def demo_task(part: str):
+    """The CPU demo's `"train"` prompts or `"heldout"` problems, as the demo builds them with its defaults."""
+    demo, seed = DemoArguments(), DEMO_TRAINING_ARGS["seed"]
+    train, heldout, _ = demo_problem_sets(demo.demo_num_train_prompts, demo.demo_num_heldout, 0, seed=seed)
+    return to_prompt_dataset(train if part == "train" else heldout)
+
+
 def score_benchmarks(args: EvalArguments, generate, backend: str) -> list:
-    unknown = [name for name in args.benchmarks if name not in EVAL_BENCHMARKS]
+    unknown = [name for name in args.benchmarks if name not in (*EVAL_BENCHMARKS, ARITHMETIC)]
     if unknown:
-        raise ValueError(f"benchmarks: unknown {unknown}; choose among {list(EVAL_BENCHMARKS)}.")
+        raise ValueError(f"benchmarks: unknown {unknown}; choose among {[*EVAL_BENCHMARKS, ARITHMETIC]}.")
     paths = parse_paths(args.benchmark_paths)
     os.makedirs(args.output_dir, exist_ok=True)
     results = []
     for name in args.benchmarks:
-        dataset = load_eval_benchmark(name, path=paths.get(name), instruction=args.instruction)
+        if name == ARITHMETIC:
+            dataset = demo_task("heldout")
+        else:
+            dataset = load_eval_benchmark(name, path=paths.get(name), instruction=args.instruction)
         if args.max_problems is not None:
             dataset = dataset.select(range(min(args.max_problems, len(dataset))))
         samples = os.path.join(args.output_dir, f"samples_{name}.jsonl")
@@ -243,9 +285,15 @@ def score_benchmarks(args: EvalArguments, generate, backend: str) -> list:
 
 
 def score_train_set(args: EvalArguments, generate):
-    dataset = load_dapo_math(
-        args.train_dataset, config=args.dataset_config, split=args.dataset_train_split, instruction=args.instruction
-    )
+    if args.train_dataset == ARITHMETIC:
+        dataset = demo_task("train")
+    else:
+        dataset = load_dapo_math(
+            args.train_dataset,
+            config=args.dataset_config,
+            split=args.dataset_train_split,
+            instruction=args.instruction,
+        )
     if args.max_problems is not None:
         dataset = dataset.select(range(min(args.max_problems, len(dataset))))
     scored = score_training_set(dataset, generate, args.k, REWARD_FUNCS[args.reward_func])
@@ -257,7 +305,13 @@ def score_train_set(args: EvalArguments, generate):
 
 def main(argv: list[str] | None = None):
     """Benchmark results (a list of `BenchmarkResult`), or the scored training set with `--train_dataset`."""
-    (args,) = TrlParser((EvalArguments,)).parse_args_and_config(args=sys.argv[1:] if argv is None else argv)
+    parser = TrlParser(
+        (EvalArguments,),
+        usage="python examples/evaluate.py --model_name_or_path MODEL [--benchmarks NAME ...] [--FIELD VALUE ...]",
+        description=__doc__,
+        formatter_class=HelpFormatter,
+    )
+    (args,) = parser.parse_args_and_config(args=sys.argv[1:] if argv is None else argv)
     args = fill_mode_defaults(args)
     generate, backend = build_generate(args)
     if args.train_dataset is not None:

@@ -57,6 +57,7 @@ from trl import GRPOConfig, ModelConfig, TrlParser, get_peft_config, get_quantiz
 
 from coba_trl import CoBAConfig, CoBAGRPOTrainer  # noqa: E402
 from coba_trl.data import DAPO_HUB_ID, load_dapo_math  # noqa: E402
+from coba_trl.data.sources import LOCAL_MODEL, require_hub  # noqa: E402
 from coba_trl.demo.config import DEMO_TRAINING_ARGS, DemoArguments  # noqa: E402
 from coba_trl.demo.flags import check_max_steps, check_output_dir, flagged_output_dir  # noqa: E402
 from coba_trl.demo.run import run_demo  # noqa: E402
@@ -163,6 +164,8 @@ def train(script_args: ScriptArguments, training_args: CoBAConfig, model_args: M
         "dtype": model_args.dtype,
         **(training_args.model_init_kwargs or {}),
     }
+    if not os.path.isdir(model_args.model_name_or_path):
+        require_hub("model", model_args.model_name_or_path, LOCAL_MODEL)
     trainer = CoBAGRPOTrainer(
         model=model_args.model_name_or_path,
         reward_funcs=load_reward_funcs(script_args.reward_funcs),

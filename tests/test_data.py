@@ -2,6 +2,7 @@
 
 import json
 import logging
+import socket
 from pathlib import Path
 
 import datasets
@@ -202,3 +203,29 @@ def test_chat_prompts_with_a_system_message_use_the_user_turn(tmp_path):
     assert dataset.duplicates_dropped == 1
     assert dataset["problem"] == ["What is 1+1?", "What is 2+1?"]
     assert dataset["solution"] == ["2", "3"]
+
+
+def test_a_hub_id_offline_fails_at_once_naming_it_and_a_local_alternative():
+    with pytest.raises(
+        ValueError, match=r"'no-such-owner/no-such-set'.*offline mode.*local \.parquet, \.jsonl or \.json"
+    ):
+        load_dapo_math("no-such-owner/no-such-set")
+
+
+def test_without_network_a_hub_id_fails_before_any_download(monkeypatch):
+    from huggingface_hub import constants
+
+    from coba_trl.data import sources
+
+    def unresolvable(*args, **kwargs):
+        raise socket.gaierror(-2, "Name or service not known")
+
+    def no_download(*args, **kwargs):
+        raise AssertionError("load_dataset was called without network")
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.delenv("HF_DATASETS_OFFLINE", raising=False)
+    monkeypatch.setattr(sources.socket, "getaddrinfo", unresolvable)
+    monkeypatch.setattr(sources.datasets, "load_dataset", no_download)
+    with pytest.raises(ValueError, match=r"'BytedTsinghua-SIA/DAPO-Math-17k'.*no network.*HF_HUB_OFFLINE=1"):
+        load_dapo_math()

@@ -119,3 +119,24 @@ def test_training_set_pass_rates_feed_the_prior_column_from_step_1(tmp_path):
     first_round = json.loads((out / "trainer_state.json").read_text())["log_history"][0]
     assert "budget/mean_by_pass_rate/unseen" not in first_round  # every prompt has its prior at step 1
     assert any(key.startswith("budget/mean_by_pass_rate/") for key in first_round)
+
+
+def test_help_describes_the_script_with_examples(capsys):
+    with pytest.raises(SystemExit):
+        load_script().main(["--help"])
+    head = capsys.readouterr().out[:5000]
+    assert head.startswith("usage: python examples/evaluate.py --model_name_or_path MODEL")
+    assert "avg@k of a model" in head and "--benchmarks arithmetic" in head.split("examples:")[1]
+
+
+@pytest.mark.slow
+def test_the_demo_task_evaluates_offline(tmp_path):
+    tokenizer = build_byte_tokenizer()
+    build_tiny_qwen2(tokenizer, hidden_size=16).save_pretrained(tmp_path / "model")
+    tokenizer.save_pretrained(tmp_path / "model")
+    argv = ["--model_name_or_path", str(tmp_path / "model"), "--k", "2", "--max_problems", "6", "--dtype", "float32"]
+    argv += ["--backend", "transformers", "--output_dir", str(tmp_path / "eval")]
+    (result,) = load_script().main([*argv, "--benchmarks", "arithmetic"])
+    assert (result.benchmark, result.problems, result.completions) == ("arithmetic", 6, 12)
+    scored = load_script().main([*argv, "--train_dataset", "arithmetic"])
+    assert len(scored) == 6 and scored["solution"][0].isdigit()

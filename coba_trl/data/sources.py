@@ -1,12 +1,18 @@
 """Open a table from the Hugging Face Hub or from local parquet / jsonl / json files, as a `datasets.Dataset`.
 
 A local source is recognised by an existing path or by a file suffix; anything else is a Hub id and is fetched only
-when a loader is actually called with it.
+when a loader is actually called with it. When the Hub cannot be reached (`HF_HUB_OFFLINE`, or its host name does
+not resolve) a Hub id fails at once with an error that names it and says how to pass a local file instead, rather
+than after the download's retries.
 """
 
+import os
+import socket
 from pathlib import Path
+from urllib.parse import urlparse
 
 import datasets
+from huggingface_hub import constants
 
 LOCAL_SUFFIXES = {".parquet": "parquet", ".jsonl": "json", ".json": "json"}
 
@@ -36,6 +42,39 @@ def _local_files(path: Path) -> tuple[str, list[str]]:
     return builders.pop(), [str(f) for f in files]
 
 
+def hub_unreachable() -> str | None:
+    """Why the Hub evidently cannot be reached (offline mode, or its host name does not resolve); None otherwise."""
+    if constants.HF_HUB_OFFLINE or os.environ.get("HF_DATASETS_OFFLINE", "0").upper() in ("1", "ON", "YES", "TRUE"):
+        return "offline mode is on (HF_HUB_OFFLINE or HF_DATASETS_OFFLINE)"
+    host = urlparse(constants.ENDPOINT).hostname
+    try:
+        socket.getaddrinfo(host, 443)
+    except OSError as error:
+        return f"{host} cannot be resolved ({error.strerror or error}): no network"
+    return None
+
+
+def hub_error(kind: str, name: str, reason: str, local: str) -> ValueError:
+    """The error for a Hub `kind` ("dataset", "model") named `name` that could not be fetched."""
+    return ValueError(
+        f"Cannot load the {kind} {name!r} from the Hugging Face Hub: {reason}. Pass {local} instead, or run where "
+        "the Hub is reachable (and without HF_HUB_OFFLINE)."
+    )
+
+
+LOCAL_DATA = "a local .parquet, .jsonl or .json file (or a folder of them)"
+LOCAL_MODEL = "a local model directory (a training output_dir, such as outputs/cpu_demo)"
+
+
+def require_hub(kind: str, name: str, local: str) -> str | None:
+    """Fail at once when `name` must come from the Hub and the Hub has no host (a download would only retry); returns
+    why the Hub is unreachable when offline mode is on (the offline cache may still hold `name`), else None."""
+    reason = hub_unreachable()
+    if reason is not None and not reason.startswith("offline"):
+        raise hub_error(kind, name, reason + "; with HF_HUB_OFFLINE=1 a cached copy is used", local)
+    return reason
+
+
 def load_table(path_or_id: str, config: str | None = None, split: str = "train") -> datasets.Dataset:
     """Load one split of a Hub dataset, or all rows of local parquet / jsonl / json files (then `split` and `config`
     are ignored)."""
@@ -45,4 +84,9 @@ def load_table(path_or_id: str, config: str | None = None, split: str = "train")
             return datasets.load_dataset(builder, data_files=files, split="train")
         except Exception as error:
             raise ValueError(f"Cannot read {files} as {builder}: {error}") from error
-    return datasets.load_dataset(path_or_id, config, split=split)
+    reason = require_hub("dataset", path_or_id, LOCAL_DATA)
+    try:
+        return datasets.load_dataset(path_or_id, config, split=split)
+    except (ConnectionError, OSError) as error:  # offline and not cached, no network, no such dataset or split
+        detail = f"{type(error).__name__}: {error}"
+        raise hub_error("dataset", path_or_id, f"{reason}, {detail}" if reason else detail, LOCAL_DATA) from error
