@@ -43,17 +43,17 @@ def deal_groups(
         return [np.repeat(np.arange(len(sizes)), sizes)]
     unit_weight = np.ones(len(sizes)) if weights is None else np.asarray(weights, dtype=np.float64)
     slack = tolerance * float(np.dot(sizes, unit_weight)) / num_ranks
-    room = np.full(num_ranks, total // num_ranks, dtype=np.int64)
-    load = np.zeros(num_ranks)
+    # Plain Python lists: a handful of ranks, where numpy's per-call overhead would dominate.
+    room, load = [total // num_ranks] * num_ranks, [0.0] * num_ranks
     taken = np.zeros((num_ranks, len(sizes)), dtype=np.int64)
-    for group in np.lexsort((np.arange(len(sizes)), -sizes, -unit_weight)):
-        left, weight = int(sizes[group]), unit_weight[group]
+    for group in np.lexsort((np.arange(len(sizes)), -sizes, -unit_weight)).tolist():
+        left, weight = int(sizes[group]), float(unit_weight[group])
         while left:
-            open_ranks = np.flatnonzero(room > 0)
-            rank = open_ranks[np.argmin(load[open_ranks])]  # ties: the lowest rank
-            others = load[open_ranks[open_ranks != rank]]
-            fits = left if others.size == 0 else int((others.min() + slack - load[rank]) // weight) + 1
-            rows = min(left, int(room[rank]), max(fits, 1))
+            open_ranks = [r for r in range(num_ranks) if room[r] > 0]
+            rank = min(open_ranks, key=load.__getitem__)  # ties: the lowest rank
+            others = [load[r] for r in open_ranks if r != rank]
+            fits = left if not others else int((min(others) + slack - load[rank]) // weight) + 1
+            rows = min(left, room[rank], max(fits, 1))
             taken[rank, group] += rows
             room[rank] -= rows
             load[rank] += rows * weight
