@@ -14,10 +14,10 @@ from scripts.benchmarks import load_benchmark
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _gpu_check(output_dir: Path, *sections: str) -> dict:
+def _gpu_check(output_dir: Path, *options: str) -> dict:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
     command = [sys.executable, str(ROOT / "benchmarks" / "gpu_check.py"), "--device", "cpu"]
-    command += ["--output_dir", str(output_dir), "--sections", *sections]
+    command += ["--output_dir", str(output_dir), *options]
     process = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
     assert process.returncode == 0, process.stdout[-4000:] + process.stderr[-4000:]
     report = json.loads((output_dir / "gpu_check.json").read_text())
@@ -27,7 +27,8 @@ def _gpu_check(output_dir: Path, *sections: str) -> dict:
 
 @pytest.mark.slow
 def test_gpu_check_cpu_smoke_runs_the_in_process_sections(tmp_path):
-    report = _gpu_check(tmp_path, "correctness", "lora", "speed")
+    # A time limit already past: every speed arm stops after its warm-up and one measured round of the two asked.
+    report = _gpu_check(tmp_path, "--sections", "correctness", "lora", "speed", "--rounds", "2", "--time_limit", "0")
     assert sorted(path.name for path in tmp_path.iterdir()) == ["gpu_check.json"]  # no section left a log
 
     # Uniform CoBA reproduces GRPO exactly, gradient norms included; the scripted uneven groups arrive with numpy's
@@ -40,6 +41,7 @@ def test_gpu_check_cpu_smoke_runs_the_in_process_sections(tmp_path):
     assert scripted["advantages_vs_numpy"] <= 1e-5
 
     # Equal work in every arm (16 completions of exactly 8 tokens), uneven groups only where CoBA allocates.
+    assert report["sizes"]["rounds"] == 2
     arms = report["speed"]["arms"]
     assert list(arms) == ["coba", "grpo", "uniform"]
     for name, arm in arms.items():
@@ -57,7 +59,7 @@ def test_gpu_check_cpu_smoke_runs_the_in_process_sections(tmp_path):
 @pytest.mark.slow
 @pytest.mark.distributed
 def test_fsdp_section_trains_fsdp2_sharded_over_gloo_with_the_recipe(tmp_path):
-    fsdp = _gpu_check(tmp_path, "fsdp")["fsdp"]
+    fsdp = _gpu_check(tmp_path, "--sections", "fsdp")["fsdp"]
     assert fsdp["passed"] and fsdp["launch"]["exit"] == 0
     assert fsdp["distributed_type"] == "DistributedType.FSDP" and fsdp["fsdp2_sharded"]
     assert fsdp["num_processes"] == fsdp["sharded_over"] == 2 and fsdp["rounds_measured"] == 2
