@@ -1,4 +1,5 @@
-"""GRPO advantages over groups of different sizes (algorithm.md section 7: (r - mean) / (std + eps) per group).
+"""GRPO advantages over groups of different sizes (docs/algorithm.md,
+"Training settings of the released run": (r - mean) / (std + eps) per group).
 
 TRL computes advantages with `rewards.view(-1, num_generations)`, which needs equal groups. These functions take a
 group id per row instead and reproduce TRL 1.16's formulas for any group sizes: nan-aware group mean, Bessel-corrected

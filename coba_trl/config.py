@@ -1,4 +1,5 @@
-"""`CoBAConfig`: `GRPOConfig` plus the fields of CoBA-RL's rollout-budget allocation (algorithm.md sections 2-5)."""
+"""`CoBAConfig`: `GRPOConfig` plus the fields of CoBA-RL's rollout-budget allocation (docs/algorithm.md,
+"Pass rate of a prompt" to "Allocating one round")."""
 
 from __future__ import annotations
 

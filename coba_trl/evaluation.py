@@ -1,4 +1,5 @@
-"""avg@k evaluation on the math benchmarks (algorithm.md section 7: avg@16, temperature 1.0, top-p 0.9).
+"""avg@k evaluation on the math benchmarks (docs/algorithm.md, "Training settings of the released run":
+avg@16, temperature 1.0, top-p 0.9).
 
 avg@k of a benchmark is the mean, over its problems, of the fraction of the k sampled completions that are correct,
 in percent; the overall score is the unweighted mean over benchmarks (how the paper's "overall avg" is formed).

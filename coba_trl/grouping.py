@@ -14,7 +14,8 @@ import numpy as np
 def expected_length_weight(pass_rates: np.ndarray) -> np.ndarray:
     """Relative expected completion length of a prompt: harder prompts (low pass rate) tend to write longer answers.
 
-    A heuristic `2 - p` in [1, 2]; an unseen prompt (NaN) counts as p = 0.5, as in the allocation (algorithm.md 2).
+    A heuristic `2 - p` in [1, 2]; an unseen prompt (NaN) counts as p = 0.5, as in the allocation
+    (docs/algorithm.md, "Pass rate of a prompt").
     """
     p = np.nan_to_num(np.asarray(pass_rates, dtype=np.float64), nan=0.5)
     return 2.0 - np.clip(p, 0.0, 1.0)

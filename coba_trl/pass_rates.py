@@ -1,4 +1,5 @@
-"""Offline per-prompt pass rates of a training set, for `CoBAConfig.prior_pass_rate_column` (algorithm.md section 9).
+"""Offline per-prompt pass rates of a training set, for `CoBAConfig.prior_pass_rate_column` (docs/algorithm.md,
+"Known weak points").
 
 Epoch 1 of a CoBA-RL run is a uniform split: no prompt has a pass-rate history yet. Scoring the training set once
 beforehand with the model to be trained (k samples per prompt, graded like the training reward) gives every prompt

@@ -4,7 +4,8 @@ Reads ``trainer_state.json`` (the output directory's own, else the latest ``chec
 to it with matplotlib's Agg backend (no display needed):
 
 - ``budget_by_pass_rate.png``: mean group size of the prompts in each pass-rate bin per round (the allocation
-  shifting from easy to hard prompts as the model improves, algorithm.md sections 3-5);
+  shifting from easy to hard prompts as the model improves, docs/algorithm.md, "Capability" and
+  "Allocating one round");
 - ``capability.png``: alpha_t, beta_t of the Beta value density (CoBA only) and the failure rates F_t, F_bar_t
   (section 3);
 - ``reward_accuracy.png``: mean training reward and, when logged, held-out accuracy.

@@ -1,6 +1,6 @@
 """One generation round of `CoBAGRPOTrainer`, as functions of plain values that tests call without a trainer.
 
-A round gives each of its M distinct prompts a group of completions (algorithm.md, "One training step"):
+A round gives each of its M distinct prompts a group of completions (docs/algorithm.md, "One training step"):
 
 1. `plan_round` (process 0): the pass rates p_i from the history (and the offline prior; with two phases, the fresh
    screening results), the allocator's group sizes, the top-up of units it reports as stranded, the rescue of groups

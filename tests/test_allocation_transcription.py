@@ -1,4 +1,5 @@
-"""CoBAAllocator against a plain, loop-based transcription of algorithm.md sections 3 and 5 (test-only code)."""
+"""CoBAAllocator against a plain, loop-based transcription of docs/algorithm.md, "Capability" and
+"Allocating one round" (test-only code)."""
 
 import heapq
 import math

@@ -58,7 +58,8 @@ def test_uniform_allocation_reproduces_grpo(tmp_path, layout, group_weighting):
 
 
 def _numpy_advantages(rewards, sizes, scale_rewards):
-    """Reference: per-group (r - mean) / (std + 1e-4) with Bessel std, written with numpy from algorithm.md 7."""
+    """Reference: per-group (r - mean) / (std + 1e-4) with Bessel std, written with numpy from docs/algorithm.md,
+    "Training settings of the released run"."""
     group_ids = np.repeat(np.arange(len(sizes)), sizes)
     advantages = np.zeros_like(rewards)
     for group in range(len(sizes)):

@@ -114,6 +114,20 @@ def test_a_run_stopped_while_writing_the_allocation_log_resumes_and_completes_it
     assert (tmp_path / ROUNDS_FILE).read_text() == uninterrupted
 
 
+def test_a_checkpoint_without_coba_state_keeps_only_the_log_of_the_rounds_before_it(tmp_path):
+    # A checkpoint from plain TRL (or with coba_state.json deleted): the resumed run cannot know its round plan, but
+    # the allocation log must not keep the rounds the interrupted run made after the checkpoint.
+    overrides = dict(steps_per_generation=2, prompt_id_column="uid")
+    dataset = prompt_dataset(8, repeats=2)
+    _trainer(tmp_path, dataset, **overrides).train()
+    lines = (tmp_path / ROUNDS_FILE).read_text().splitlines(keepends=True)
+    os.remove(tmp_path / "checkpoint-4" / STATE_FILE)
+    _trainer(tmp_path, dataset, **overrides).train(resume_from_checkpoint=str(tmp_path / "checkpoint-4"))
+    resumed = (tmp_path / ROUNDS_FILE).read_text().splitlines(keepends=True)
+    assert resumed[:2] == lines[:2]  # the rounds that started at micro-steps 0 and 2
+    assert len(resumed) == 4 and all(json.loads(line)["global_step"] >= 4 for line in resumed[2:])
+
+
 def test_resume_with_iterations_and_gradient_accumulation(tmp_path):
     _assert_resume_is_exact(
         tmp_path,

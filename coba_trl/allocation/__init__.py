@@ -1,4 +1,5 @@
-"""Rollout-budget allocation in plain numpy (no torch, no TRL): algorithm.md sections 2 to 6.
+"""Rollout-budget allocation in plain numpy (no torch, no TRL): docs/algorithm.md, "Pass rate of a prompt"
+to "Knapsack-RL".
 
 from coba_trl.allocation import build_allocator, PassRateHistory
 

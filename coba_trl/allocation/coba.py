@@ -1,4 +1,5 @@
-"""CoBA-RL: capability-oriented budget allocation, released-code behaviour (algorithm.md sections 3 to 5)."""
+"""CoBA-RL: capability-oriented budget allocation, released-code behaviour (docs/algorithm.md,
+"Capability" to "Allocating one round")."""
 
 import math
 from collections.abc import Callable

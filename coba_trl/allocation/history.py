@@ -1,7 +1,8 @@
-"""Per-prompt pass-rate history p_i: pooled success rate over the last `window` appearances (algorithm.md section 2).
+"""Per-prompt pass-rate history p_i: pooled success rate over the last `window` appearances (docs/algorithm.md,
+"Pass rate of a prompt").
 
 Optionally shrunk towards a prior mean by a Beta posterior (`prior_strength` > 0), so a group of two does not say
-p = 0 or p = 1 (algorithm.md section 9, a project extension; off by default).
+p = 0 or p = 1 (docs/algorithm.md, "Known weak points"; a project extension, off by default).
 """
 
 import math
@@ -38,7 +39,7 @@ class PassRateHistory:
     0.3, not 0; one that went 0/32 gets 0.035). The prior mean m_i is the prompt's *offline prior pass rate* when the
     caller passes one (`pass_rates(ids, prior=...)`, e.g. `prior_pass_rate_column`), else the *latest round's mean
     pass rate* `round_mean`: the unweighted mean over the prompts of the last `update` call of their success rates in
-    that call, i.e. 1 - F_t of the latest round (algorithm.md section 3), the freshest estimate of how often the
+    that call, i.e. 1 - F_t of the latest round (docs/algorithm.md, "Capability"), the freshest estimate of how often the
     current model succeeds on a typical prompt. So the offline prior sets *where* a prompt's estimate starts and
     `prior_strength` sets *how much* that start still weighs once rollouts exist; for a prompt without rollouts
     p_i is its offline prior, or NaN (unseen) without one, whatever s is.

@@ -1,4 +1,5 @@
-"""Knapsack-RL baseline (ByteDance, arXiv 2509.25849), as algorithm.md section 6 describes it."""
+"""Knapsack-RL baseline (ByteDance, arXiv 2509.25849), as docs/algorithm.md, "Knapsack-RL",
+describes it."""
 
 import math
 

@@ -1,4 +1,5 @@
-"""Sharing what the heap left of R by weight (1 - p) (algorithm.md section 5, step 6)."""
+"""Sharing what the heap left of R by weight (1 - p) (docs/algorithm.md, "What the heap leaves:
+the fallback")."""
 
 import math
 
@@ -31,7 +32,7 @@ def round_robin(room: np.ndarray, amount: int) -> np.ndarray:
 def share_remainder(counts: np.ndarray, pass_rates: np.ndarray, groups: list[np.ndarray], left: int, cap: int) -> int:
     """Hand `left` units to the prompt groups in order (in place); return what no prompt below `cap` could take.
 
-    Released-code behaviour, float for float (algorithm.md section 5, step 6). Within a group only the prompts still
+    Released-code behaviour, float for float (docs/algorithm.md, "What the heap leaves: the fallback"). Within a group only the prompts still
     below B_up = `cap` take part, with weights w_i = 1 - clip(p_i, 1e-6, 1 - 1e-6) and W = sum of their weights,
     computed once. In batch order each takes min(floor(R_run * w_i / W), B_up - n_i), where R_run is the *running*
     remainder, reduced after every prompt (so earlier prompts get slightly more). Then one even pass over those still

@@ -1,4 +1,4 @@
-"""Exact greedy allocation without a loop per budget unit (the max-heap greedy of algorithm.md section 5, step 5).
+"""Exact greedy allocation without a loop per budget unit (docs/algorithm.md, "Heap greedy").
 
 The one-unit-at-a-time heap gives the next unit to the largest marginal gain, ties to the lower prompt index.
 When every prompt's gains are non-increasing in its budget, the heap hands out units in the order of the key

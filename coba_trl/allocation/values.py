@@ -1,4 +1,5 @@
-"""Value functions and their marginal gains, vectorised over prompts (algorithm.md sections 4 and 6).
+"""Value functions and their marginal gains, vectorised over prompts (docs/algorithm.md,
+"Value function" and "Knapsack-RL").
 
 The greedy solvers compare *keys*: the natural log of the marginal gain D(B) = V(B + 1) - V(B). The log is
 monotone, so the greedy order is the gain order, and a closed-form log key decreases in B exactly in floating

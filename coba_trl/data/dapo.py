@@ -9,7 +9,8 @@ Accepted schemas (``shared/docs/data-and-rewards.md``):
 
 Every row comes out with `prompt` (chat messages), `solution` (ground-truth string), `problem` (bare problem text)
 and `prompt_id` (`extra_info.index` when present, else `text_prompt_id(problem)`), plus the original columns. The
-prompt id is the stable key CoBA's pass-rate history needs (``algorithm.md`` §2).
+prompt id is the stable key CoBA's pass-rate history needs (``docs/algorithm.md``,
+"Pass rate of a prompt").
 """
 
 import logging

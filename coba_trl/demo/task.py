@@ -1,7 +1,8 @@
 """Procedurally generated arithmetic problems of graded difficulty for the offline CPU demo.
 
 Each problem is a sum of single digits whose difficulty grows with the number of operands, so a small model finds
-some prompts easy and some hard: the spread of pass rates CoBA-RL's allocation works on (algorithm.md section 5).
+some prompts easy and some hard: the spread of pass rates CoBA-RL's allocation works on (docs/algorithm.md,
+"Allocating one round").
 Answers use the DAPO-Math format, a last line ``Answer: <integer>``, so the DAPO reward grades them.
 """
 

@@ -12,7 +12,8 @@ Grading a batch has two stages:
 
 Counts are reported per call through TRL's `log_metric` callback as `rewards/<func>/timeouts` and
 `rewards/<func>/unparsable`, and the extracted answers through `log_extra` as the `<func>/answer` column. Rewards are
-1.0 (correct) or 0.0, so they double as the correctness signal that CoBA's pass rates need (``algorithm.md`` §2).
+1.0 (correct) or 0.0, so they double as the correctness signal that CoBA's pass rates need (``docs/algorithm.md``,
+"Pass rate of a prompt").
 """
 
 import logging
