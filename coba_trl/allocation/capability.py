@@ -1,4 +1,5 @@
-"""Global capability: failure rate F_t, its moving average F_bar and the Beta parameters (algorithm.md section 3)."""
+"""Global capability: failure rate F_t, its moving average F_bar and the Beta parameters (docs/algorithm.md,
+"Capability")."""
 
 import math
 from collections import deque
@@ -60,7 +61,7 @@ class FailureRateTracker:
 
 
 class CapabilityTracker(FailureRateTracker):
-    """F_bar -> Psi -> (alpha_t, beta_t); before any round alpha = kappa - 2 and beta = 2 (algorithm.md section 3)."""
+    """F_bar -> Psi -> (alpha_t, beta_t); before any round alpha = kappa - 2 and beta = 2 (docs/algorithm.md, "Capability")."""
 
     def __init__(self, kappa: float = 11.0, window: int = 1, gamma: float = 10.0):
         super().__init__(window)
