@@ -84,8 +84,13 @@ def check_fsdp(device, output_dir: str, put, log_path: str, timeout: float) -> N
     put("launch", {"command": " ".join(command), "exit": status, "seconds": time.perf_counter() - start})
     if status == 0 and os.path.exists(result_path):
         with open(result_path) as f:
-            for key, value in json.load(f).items():
-                put(key, value)
+            result = json.load(f)
+        for key, value in result.items():
+            put(key, value)
+        print(
+            f"[fsdp] {result['distributed_type']} over {result['num_processes']} process(es), sharded over "
+            f"{result['sharded_over']}: {result['rounds_measured']} rounds, grad_norm {result['grad_norm']}"
+        )
         return
     with open(log_path) as f:
         reason = cause(f.read())
