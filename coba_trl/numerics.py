@@ -1,19 +1,23 @@
 """Pin torch's CPU floating-point code paths, so that a CPU run gives the same digits on every x86-64 CPU with AVX2.
 
-torch picks its CPU kernels when it loads: ATen's vectorised kernels (softmax, norms, reductions, the optimizer's
-element-wise steps) use the widest instruction set the processor has (AVX-512 or AVX2), and MKL's matrix products
-choose their own code path for the processor. Other vector widths sum in another order, so an AVX-512 machine and
-an AVX2 machine round differently in the last bit; a small model trained with RL amplifies that into other
-accuracies. Two environment variables, read once when torch loads, fix both choices to the AVX2 paths that every
-x86-64 CPU with AVX2 (Intel since 2013, AMD since 2015) runs alike:
+torch chooses its CPU kernels when it loads. ATen's own vectorised kernels (softmax, log-softmax, attention, the
+cross-entropy) use the widest instruction set the processor has, AVX-512 or AVX2, and MKL (matrix products, `exp`)
+picks a code path per processor model and vendor. Another vector width or kernel sums in another order, so two CPUs
+round differently in the last bits, and RL on a small model amplifies that into other accuracies. Two variables,
+read once when torch loads, fix both choices:
 
-- `ATEN_CPU_CAPABILITY=avx2`: ATen's kernels at AVX2 width;
-- `MKL_CBWR=AVX2`: MKL's conditional numerical reproducibility on its AVX2 code path.
+- `ATEN_CPU_CAPABILITY=avx2`: ATen's AVX2 kernels, the same machine code on every x86-64 CPU with AVX2;
+- `MKL_CBWR=COMPATIBLE`: MKL's conditional numerical reproducibility on its one code branch that MKL's documentation
+  promises alike on Intel and non-Intel processors (its `AVX2` branch exists on Intel processors only: elsewhere MKL
+  falls back to its own dispatch).
 
-The demo (`examples/train_qwen.py` without `--model_name_or_path`) and the studies under `benchmarks/` call
-`pin_cpu_numerics()` before they import torch; the library itself never does, so a user's own run keeps torch's
-defaults. `COBA_PIN_NUMERICS=0` turns the pinning off; a variable the user has set is left as it is. docs/numerics.md
-states what the pinning costs in speed and what "the same digits" covers.
+`MKL_ENABLE_INSTRUCTIONS` and `ONEDNN_MAX_CPU_ISA` are not needed: the first has no effect once `MKL_CBWR` fixes
+the branch (and none on non-Intel processors), and the float32 work of the demo and the studies never reaches oneDNN.
+
+The demo (`examples/train_qwen.py` without `--model_name_or_path`), `examples/evaluate.py` on the demo's model or
+task, and the studies under `benchmarks/` call `pin_cpu_numerics()` before they import torch; the library itself
+never does, so a user's own run keeps torch's defaults. `COBA_PIN_NUMERICS=0` turns the pinning off, and a variable
+the user has set is left as it is. docs/numerics.md gives the speed cost and what "the same digits" covers.
 
 This module does not import torch, so that it can run before torch loads.
 """
@@ -24,7 +28,7 @@ import os
 import sys
 
 SWITCH = "COBA_PIN_NUMERICS"
-PINNED_VARIABLES: dict[str, str] = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2"}
+PINNED_VARIABLES: dict[str, str] = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "COMPATIBLE"}
 
 
 def pinning_enabled() -> bool:
@@ -40,7 +44,7 @@ def pin_cpu_numerics() -> dict[str, str]:
 
     Returns an empty dict when `COBA_PIN_NUMERICS=0`. Raises `RuntimeError` when torch is already imported, since
     torch reads these variables only when it loads: call it at the top of a script, before anything imports torch
-    (transformers, trl, accelerate, datasets do). The variables reach the processes the script starts, too.
+    (transformers, trl, accelerate and datasets do). Processes the script starts inherit the variables.
     """
     if not pinning_enabled():
         return {}

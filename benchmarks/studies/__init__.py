@@ -1,0 +1,53 @@
+"""Study declarations: one file per pre-registered study, each defining `STUDY`, a `Study`.
+
+    python benchmarks/study_runner.py <name>                 # run the study declared in studies/<name>.py
+    python benchmarks/study_runner.py <name> --report_only   # regenerate its docs/results.md section and plots
+
+A declaration fixes the protocol (sizes, schedule, units), the arms, the pre-registered comparisons and the analysis
+whose verdict words the report uses; `study_runner.py` runs any declaration and `study_report.py` renders any
+declaration's raw results. A new study adds only its declaration here.
+"""
+
+from __future__ import annotations
+
+import importlib
+import itertools
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Study:
+    """One pre-registered comparison.
+
+    Units: each pair (warm-start seed, RL seed). A protocol with `warm_start_seeds` crosses them with `seeds`; one
+    without uses its single `warm_start_seed` (studies 1 to 3, whose raw files keep their `<arm>_seed<k>.json` names).
+    `regimes` name protocol overrides run side by side (each its own warm starts and subfolder); `{"": {}}` is one.
+    `analysis` picks the report's comparison rule: `"seeds"` (studies 1 to 3: sign of the per-seed differences) or
+    `"intervals"` (95% t-intervals over units, verdicts ahead / behind / equivalent / not detected).
+    """
+
+    name: str  # the declaration's file name in benchmarks/studies/
+    title: str
+    protocol: dict
+    arms: dict[str, dict]
+    quick: dict  # the smoke test's overrides (CI)
+    marker: str  # docs/results.md keeps the generated part between <!-- marker:begin --> and <!-- marker:end -->
+    plot_prefix: str  # docs/<plot_prefix>_<plot>.png
+    output_dir: str  # raw results (per-run JSON); checkpoints too unless `scratch_dir` is set
+    comparisons: tuple[tuple[str, str], ...]  # (arm, baseline) pairs the analysis reports, in order
+    analysis: str = "seeds"
+    regimes: dict[str, dict] = field(default_factory=lambda: {"": {}})
+    report_extras: tuple[str, ...] = ()  # "wall_time", "phases" (study 3)
+    record: str = "full"  # "compact": evaluations and per-round summaries only (small JSON meant to be committed)
+    scratch_dir: str | None = None  # warm-start checkpoints and trainer folders, when not under `output_dir`
+
+
+def units(protocol: dict) -> list[tuple[int, int]]:
+    """(warm-start seed, RL seed) of every unit, RL seed outermost: a study cut short keeps every warm start."""
+    warm_seeds = protocol["warm_start_seeds"] if "warm_start_seeds" in protocol else [protocol["warm_start_seed"]]
+    return [(warm_seed, seed) for seed, warm_seed in itertools.product(protocol["seeds"], warm_seeds)]
+
+
+def load_study(name: str) -> Study:
+    """The `STUDY` declared in `benchmarks/studies/<name>.py`."""
+    return importlib.import_module(f"studies.{name}").STUDY

@@ -1,0 +1,174 @@
+"""Run any study declared in `benchmarks/studies/` (docs/results.md): warm starts, every arm x unit, then the report.
+
+    python benchmarks/study_runner.py warm_starts                 # warm starts, every arm x unit, then docs
+    python benchmarks/study_runner.py warm_starts --report_only   # regenerate the study's docs section and plots
+    python benchmarks/study_runner.py warm_starts --quick         # smoke run (CI): tiny sizes, a few steps, no docs
+    python benchmarks/study_runner.py warm_starts --pilot --arms coba --seeds 0   # F_t and timing only
+
+A unit is a (warm-start seed, RL seed) pair: every arm of a unit starts from the same checkpoint, sees the same
+prompts in the same order and spends the same rollouts per round (unless its declaration says otherwise). Runs go
+two at a time with one torch thread each; existing run files are kept, so an interrupted study resumes.
+"""
+
+from __future__ import annotations
+
+import os
+
+from coba_trl.numerics import pin_cpu_numerics
+
+if __name__ == "__main__":
+    pin_cpu_numerics()  # the same digits on every x86-64 CPU with AVX2 (docs/numerics.md)
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import multiprocessing  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+from concurrent.futures import ProcessPoolExecutor  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from studies import Study, load_study, units  # noqa: E402
+from study_run import machine_record, pilot_path, prepare_warm_start, provenance, run_arm, run_path  # noqa: E402
+
+
+def regime_protocols(study: Study, options) -> dict[str, dict]:
+    """Each regime's protocol after `--quick`, `--seeds`, `--warm_start_seeds`, `--max_steps` and `--set`."""
+    protocols = {}
+    for regime, overrides in study.regimes.items():
+        protocol = {**study.protocol, **overrides, **(study.quick if options.quick else {})}
+        for key in ("seeds", "warm_start_seeds", "max_steps"):
+            if getattr(options, key) is not None:
+                protocol[key] = getattr(options, key)
+        for item in options.set:
+            key, value = item.split("=", 1)
+            protocol[key] = json.loads(value)
+        protocols[regime] = protocol
+    return protocols
+
+
+def jobs(study: Study, protocols: dict, arms: list[str], output_dir: str, scratch_dir: str, pilot: bool) -> list:
+    """Warm starts first (one per regime and warm-start seed), then every run, unit by unit (an interrupted study
+    leaves whole units), regimes and arms in declaration order, arms with a larger budget first within a unit."""
+    warm, runs = [], []
+    for regime, protocol in protocols.items():
+        legacy = "warm_start_seeds" not in protocol
+        common = {"output_dir": os.path.join(output_dir, regime), "scratch_dir": os.path.join(scratch_dir, regime)}
+        common.update(protocol=protocol, legacy=legacy, pilot=pilot)
+        warm += [{**common, "warm_seed": w} for w in dict.fromkeys(w for w, _ in units(protocol))]
+        for position, (warm_seed, seed) in enumerate(units(protocol)):
+            ordered = sorted(arms, key=lambda arm: -study.arms[arm].get("budget_multiplier", 1))
+            for arm in ordered:
+                job = {**common, "arms": study.arms, "arm": arm, "warm_seed": warm_seed, "seed": seed}
+                runs.append((position, job | {"record": study.record}))
+    return warm, [job for _, job in sorted(runs, key=lambda item: item[0])]
+
+
+def _warm_worker(job: dict) -> str:
+    import torch
+
+    torch.set_num_threads(1)
+    start = time.perf_counter()
+    prepare_warm_start(job["protocol"], job["scratch_dir"], job["warm_seed"], job["legacy"], pilot=job["pilot"])
+    if not job["legacy"]:  # the before-RL record also next to the runs (the committed raw results)
+        source = os.path.join(job["scratch_dir"], "warm_start", str(job["warm_seed"]), "before_rl.json")
+        target = os.path.join(job["output_dir"], "warm_start", f"warm{job['warm_seed']}.json")
+        if os.path.abspath(source) != os.path.abspath(target):
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            with open(source) as handle, open(target, "w") as out:
+                out.write(handle.read())
+    return f"warm start {job['warm_seed']} of {job['output_dir']} ({time.perf_counter() - start:.0f} s)"
+
+
+def _run_worker(job: dict) -> str:
+    import torch
+
+    torch.set_num_threads(1)
+    path = (pilot_path if job["pilot"] else run_path)(
+        job["output_dir"], job["arm"], job["seed"], job["warm_seed"], job["legacy"]
+    )
+    if os.path.exists(path) and not job["pilot"]:
+        return f"{path} (kept)"
+    result = run_arm(job)
+    if job["pilot"]:
+        failure = " ".join(f"{value:.2f}" for value in result["coba/failure_rate"] if value is not None)
+        return (
+            f"[pilot] {path}: {result['wall_time_s']} s wall, {result['cpu_time_s']} s CPU, {result['train_time_s']} "
+            f"s training without evaluations, {result['generation_time_s']} s generating; F_t by round {failure}"
+        )
+    return f"{path} in {result['wall_time_s']} s"
+
+
+def _map(function, items: list, workers: int, start: float) -> None:
+    if workers > 1:
+        # Not multiprocessing.Pool: its daemonic workers cannot start the reward's grading processes.
+        context = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(workers, mp_context=context, max_tasks_per_child=1) as pool:
+            for line in pool.map(function, items):
+                print(f"[study] {line}; {time.perf_counter() - start:.0f} s", flush=True)
+    else:
+        for item in items:
+            print(f"[study] {function(item)}; {time.perf_counter() - start:.0f} s", flush=True)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("study", help="A declaration in benchmarks/studies/, e.g. warm_starts.")
+    parser.add_argument("--quick", action="store_true", help="Tiny sizes and a few steps (smoke test, no docs).")
+    parser.add_argument("--output_dir", default=None, help="Raw results folder (default: the declaration's).")
+    parser.add_argument("--arms", nargs="+", default=None, help="Only these arms (default: all).")
+    parser.add_argument("--seeds", nargs="+", type=int, default=None, help="Override the RL seeds.")
+    parser.add_argument("--warm_start_seeds", nargs="+", type=int, default=None, help="Override the warm starts.")
+    parser.add_argument("--regimes", nargs="+", default=None, help="Only these regimes (default: all).")
+    parser.add_argument("--max_steps", type=int, default=None, help="Override max_steps (pilots only).")
+    parser.add_argument("--set", nargs="+", default=[], metavar="KEY=JSON", help="Override protocol entries (pilots).")
+    parser.add_argument(
+        "--pilot", action="store_true", help="Keep only timing and training series (F_t), no accuracy."
+    )
+    parser.add_argument("--workers", type=int, default=2, help="Runs in parallel (one CPU thread each).")
+    parser.add_argument("--report_only", action="store_true", help="Only render the raw JSON into docs/.")
+    parser.add_argument("--docs_dir", default="docs", help="Where the report writes results.md's section and plots.")
+    options = parser.parse_args(argv)
+    study = load_study(options.study)
+    arms = options.arms or list(study.arms)
+    unknown = sorted(set(arms) - set(study.arms))
+    if unknown:
+        parser.error(f"--arms {' '.join(unknown)}: not arms of {study.name} ({', '.join(study.arms)})")
+    protocols = regime_protocols(study, options)
+    if options.regimes:
+        protocols = {regime: protocols[regime] for regime in options.regimes}
+    if options.quick:  # never next to a study's committed raw results
+        output_dir = options.output_dir or os.path.join("outputs", f"{study.name}_quick")
+        scratch_dir = output_dir
+    else:
+        output_dir = options.output_dir or study.output_dir
+        scratch_dir = output_dir if options.output_dir or not study.scratch_dir else study.scratch_dir
+    if not options.report_only:
+        start = time.perf_counter()
+        if not options.pilot:
+            os.makedirs(output_dir, exist_ok=True)
+            record = {"protocol": protocols, "arms": study.arms, "machine": machine_record(), **provenance()}
+            if list(protocols) == [""]:  # studies 1 to 3: one regime, the protocol itself
+                record["protocol"] = protocols[""]
+            with open(os.path.join(output_dir, "protocol.json"), "w") as handle:
+                json.dump(record, handle, indent=2)
+        warm, runs = jobs(study, protocols, arms, output_dir, scratch_dir, options.pilot)
+        _map(_warm_worker, warm, options.workers, start)
+        _map(_run_worker, runs, options.workers, start)
+        seconds = time.perf_counter() - start
+        print(f"[study] all runs done in {seconds:.0f} s", flush=True)
+        if not options.pilot:
+            load = [round(value, 2) for value in os.getloadavg()]
+            with open(os.path.join(output_dir, "wall_time.json"), "w") as handle:
+                json.dump({"wall_time_s": round(seconds, 1), "load_average": load}, handle)
+    if (not options.quick and not options.pilot) or options.report_only:
+        from study_report import write_report
+
+        for path in write_report(study, output_dir, options.docs_dir):
+            print(path)
+
+
+if __name__ == "__main__":
+    main()

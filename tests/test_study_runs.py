@@ -1,0 +1,107 @@
+"""Smoke runs of benchmarks/study_runner.py at tiny sizes (`--quick`): every declared study pilots, runs and reports."""
+
+import json
+import os
+import shutil
+
+import pytest
+from scripts.benchmarks import load_benchmark
+
+
+def run(study: str, *options: str) -> None:
+    load_benchmark("study_runner").main([study, *options])
+
+
+@pytest.mark.slow
+def test_study_1_runs_every_arm_at_its_budget_and_reports(tmp_path):
+    study_run = load_benchmark("study_run")
+    study = load_benchmark("studies").load_study("allocators")
+    output_dir, docs_dir = str(tmp_path / "raw"), str(tmp_path / "docs")
+    run("allocators", "--quick", "--workers", "1", "--output_dir", output_dir)
+    runs = {}
+    for arm in study.arms:
+        with open(study_run.run_path(output_dir, arm, 0)) as handle:
+            runs[arm] = json.load(handle)
+    base = runs["grpo"]["rollouts"]
+    assert base > 0
+    assert all(runs[arm]["rollouts"] == base for arm in study.arms if arm != "grpo_2x")
+    assert runs["grpo_2x"]["rollouts"] == 2 * base
+    for record in runs.values():
+        assert record["accuracy_curve"][0][1] == 0  # the curve starts at the warm-start checkpoint
+        assert sum(sum(sizes) for _, _, sizes, *_ in record["rounds"]) == record["rollouts"]
+        assert len(record["train_pass_rates_after"]) == study.quick["num_train_prompts"]
+        assert set(record["train_greedy_correct_after"]) <= {0.0, 1.0}
+    run("allocators", "--report_only", "--output_dir", output_dir, "--docs_dir", docs_dir)
+    report = open(os.path.join(docs_dir, "results.md")).read()
+    assert all(f"`{arm}`" in report for arm in study.arms)
+    assert os.path.getsize(os.path.join(docs_dir, "compare_accuracy.png")) > 0
+
+
+@pytest.mark.slow
+def test_study_3_pilots_keep_no_accuracy_and_its_report_keeps_the_other_sections(tmp_path):
+    study_run = load_benchmark("study_run")
+    output_dir, docs_dir = str(tmp_path / "raw"), str(tmp_path / "docs")
+    common = ["--quick", "--workers", "1", "--output_dir", output_dir]
+    run("phases", *common, "--pilot", "--arms", "coba_rescue")
+    with open(study_run.pilot_path(output_dir, "coba_rescue", 0)) as handle:
+        pilot = json.load(handle)
+    assert "final_accuracy" not in pilot and "accuracy_curve" not in pilot  # a pilot keeps no accuracy
+    assert pilot["train_time_s"] > 0 and pilot["generation_time_s"] > 0 and pilot["coba/failure_rate"]
+
+    arms = ["coba", "coba_rescue", "grpo_drop"]
+    run("phases", *common, "--arms", *arms)
+    with open(study_run.run_path(output_dir, "coba_rescue", 0)) as handle:
+        record = json.load(handle)
+    assert all(len(phases) == 2 for _, phases in record["generation_times"])  # screening + the rest, every round
+    assert all(len(rnd) == 5 for rnd in record["rounds"])  # the allocator's p_i and the pooled S_i / N_i
+    os.makedirs(docs_dir)
+    with open(os.path.join(docs_dir, "results.md"), "w") as handle:
+        handle.write(
+            "# study 1\n<!-- results:begin -->\nkept\n<!-- results:end -->\n<!-- phases:begin -->\n<!-- phases:end -->\n"
+        )
+    run("phases", "--report_only", "--output_dir", output_dir, "--docs_dir", docs_dir)
+    report = open(os.path.join(docs_dir, "results.md")).read()
+    assert "kept" in report and all(f"`{arm}`" in report for arm in arms)
+    assert "### Held-out accuracy at equal wall time" in report and "rescued with a non-zero spread" in report
+    for plot in ("accuracy_time", "round_time", "budget_by_pass_rate"):
+        assert os.path.getsize(os.path.join(docs_dir, f"phases_{plot}.png")) > 0
+
+
+@pytest.mark.slow
+def test_study_4_units_record_small_json_and_the_report_regenerates_byte_for_byte(tmp_path):
+    study_run = load_benchmark("study_run")
+    output_dir, docs_dir = str(tmp_path / "raw"), tmp_path / "docs"
+    run("warm_starts", "--quick", "--workers", "1", "--regimes", "demo", "--output_dir", output_dir)
+    regime_dir = os.path.join(output_dir, "demo")
+    records = sorted(os.listdir(os.path.join(regime_dir, "runs")))
+    assert len(records) == 5 * 2  # five arms x two units (warm-start seeds 0 and 1, RL seed 0)
+    with open(study_run.run_path(regime_dir, "coba_shuffled", 0, warm_seed=1, legacy=False)) as handle:
+        record = json.load(handle)
+    assert record["provenance"]["numerics"]["ATEN_CPU_CAPABILITY"] == "avx2"
+    assert record["settings"]["group_weighting"] == "row" and record["optimizer_steps"] == 4
+    assert {"F_t", "alpha", "sizes", "p_per_rollout"} <= set(record["rounds"][0])
+    assert 0.0 <= record["heldout_sampled_accuracy"] <= 1.0 and record["tokens"] > 0
+    assert os.path.exists(os.path.join(regime_dir, "warm_start", "warm1.json"))
+
+    (docs_dir / "first").mkdir(parents=True)
+    (docs_dir / "first" / "results.md").write_text("# kept\n<!-- warm_starts:begin -->\n<!-- warm_starts:end -->\n")
+    shutil.copytree(docs_dir / "first", docs_dir / "second")
+    for name in ("first", "second"):
+        run("warm_starts", "--report_only", "--output_dir", output_dir, "--docs_dir", str(docs_dir / name))
+    first, second = (docs_dir / name / "results.md" for name in ("first", "second"))
+    assert first.read_bytes() == second.read_bytes()
+    assert "# kept" in first.read_text() and "95% t-interval" in first.read_text()
+    png = [docs_dir / name / "warm_starts_intervals.png" for name in ("first", "second")]
+    assert png[0].read_bytes() == png[1].read_bytes()
+
+
+def test_study_4_report_regenerates_from_the_committed_raw_results(tmp_path):
+    study = load_benchmark("studies").load_study("warm_starts")
+    root = os.path.join(os.path.dirname(__file__), "..")
+    raw = os.path.join(root, study.output_dir)
+    if not os.path.exists(os.path.join(raw, "protocol.json")):
+        pytest.skip("study 4's raw results are not committed yet")
+    committed = os.path.join(root, "docs", "results.md")
+    shutil.copy(committed, tmp_path / "results.md")
+    run("warm_starts", "--report_only", "--output_dir", raw, "--docs_dir", str(tmp_path))
+    assert (tmp_path / "results.md").read_bytes() == open(committed, "rb").read()
