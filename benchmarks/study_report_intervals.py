@@ -57,15 +57,18 @@ def verdict(low: float, high: float, margin: float) -> str:
     return "not detected"
 
 
-def load_units(output_dir: str, arms) -> dict[str, dict[tuple[int, int], dict]]:
-    """Runs by arm (declaration order), each a dict unit -> run."""
+def load_units(output_dir: str, arms) -> tuple[dict[str, dict[tuple[int, int], dict]], int]:
+    """Runs by arm (declaration order), each a dict unit -> run, of the units every arm completed; and how many
+    units have at least one run (a study stopped by its time limit leaves incomplete units out)."""
     runs: dict[str, dict] = {arm: {} for arm in arms}
     folder = os.path.join(output_dir, "runs")
     for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
         with open(os.path.join(folder, name)) as handle:
             run = json.load(handle)
         runs[run["arm"]][(run["warm_start_seed"], run["seed"])] = run
-    return {arm: dict(sorted(units.items())) for arm, units in runs.items() if units}
+    started = set().union(*(set(units) for units in runs.values()))
+    complete = sorted(set.intersection(*(set(units) for units in runs.values())))
+    return {arm: {unit: units[unit] for unit in complete} for arm, units in runs.items()}, len(started)
 
 
 def paired(runs: dict, arm: str, baseline: str, metric: str) -> tuple[list, np.ndarray]:
@@ -94,7 +97,8 @@ def _spread(values) -> str:
 def regime_lines(protocol: dict, recorded_arms: dict, output_dir: str) -> tuple[list[str], dict, dict]:
     """One regime's tables: warm starts, F_t and targeting while allocating, budget, per-arm means; its runs by arm
     and unit; each arm's F_t while allocating (mean over units)."""
-    runs = load_units(output_dir, recorded_arms)
+    runs, started = load_units(output_dir, recorded_arms)
+    declared = len(protocol["warm_start_seeds"]) * len(protocol["seeds"])
     epoch_rounds = protocol["num_train_prompts"] // protocol["prompts_per_round"]
     warm = []
     for seed in protocol["warm_start_seeds"]:
@@ -107,8 +111,8 @@ def regime_lines(protocol: dict, recorded_arms: dict, output_dir: str) -> tuple[
                 f"{before['wall_time_s']:.0f} |"
             )
     lines = [
-        f"Units: {len(next(iter(runs.values())))} (warm-start seed x RL seed). Warm starts (before RL; every arm of "
-        "a unit starts from its warm start):",
+        f"Units complete in every arm: {len(next(iter(runs.values())))} of the {declared} declared (warm-start seed x "
+        f"RL seed; {started} started). Warm starts (before RL; every arm of a unit starts from its warm start):",
         "",
         "| warm-start seed | held-out greedy accuracy | held-out avg@16 | warm-start wall s |",
         "|---|---|---|---|",
