@@ -1,6 +1,7 @@
 """Graded cases for the math rewards: what a careful human grader would accept, in both answer formats."""
 
 import functools
+import os
 import subprocess
 import sys
 import time
@@ -12,7 +13,7 @@ from coba_trl.rewards.extraction import extract_boxed_answer, extract_dapo_answe
 from coba_trl.rewards.normalize import normalize_answer
 from coba_trl.rewards.pool import TimeLimitedPool
 
-LIMIT = 3.0
+LIMIT = 60.0  # grading, not the time limit, is checked with it: no load makes a check this slow
 
 # (completion, ground truth, expected reward) for the DAPO `Answer:` grader.
 DAPO_CASES = [
@@ -209,14 +210,13 @@ def test_partial_sets_the_time_limit_and_keeps_the_name():
     assert reward(["Answer: 2^{3}"], ["8"]) == [1.0]
 
 
+@pytest.mark.timeout(60)  # a check run to the end would not finish: the bomb must be stopped at its limit
 def test_sympy_bomb_times_out_and_is_counted():
     metrics = {}
-    start = time.monotonic()
     rewards = dapo_accuracy_reward(
         ["Answer: 10^{10^{10^{10}}}", "Answer: 5"], ["5", "5"], time_limit=1.0, log_metric=metrics.__setitem__
     )
     assert rewards == [0.0, 1.0]
-    assert time.monotonic() - start < 1.0 + 1.5
     assert metrics["rewards/dapo_accuracy_reward/timeouts"] == 1.0
 
 
@@ -227,7 +227,7 @@ def test_sequential_grading_matches_the_pool():
     sequential = grade(completions, solutions, extract_dapo_answer, LIMIT, in_process=True)
     assert pooled.rewards == sequential.rewards
     assert pooled.answers == sequential.answers
-    assert all(0 <= s < LIMIT for s in pooled.seconds)
+    assert pooled.timeouts == sequential.timeouts == 0
 
 
 def test_mismatched_lengths_and_a_missing_solution_column_are_clear_errors():
@@ -267,26 +267,19 @@ def test_normalisation(raw, normalised):
     assert normalize_answer(raw) == normalised
 
 
-def _sleep(seconds):
-    time.sleep(seconds)
-    return seconds
-
-
-def _crash():
-    import os
-
-    os._exit(3)
+# The pool tests map standard-library functions (`time.sleep`, `os._exit`): a worker unpickles them without importing
+# this test module, whose import (pytest included) would be charged to its first item and can outlast a short limit on
+# a loaded machine.
 
 
 def test_pool_kills_and_replaces_workers_that_run_over():
     pool = TimeLimitedPool(max_workers=2)
     try:
-        start = time.monotonic()
-        results = pool.map(_sleep, [(30,), (0,), (30,), (0,)], time_limit=0.5, min_items_per_worker=1)
-        assert time.monotonic() - start < 3.0
+        results = pool.map(time.sleep, [(30,), (0,), (30,), (0,)], time_limit=0.5, min_items_per_worker=1)
         assert [r.status for r in results] == ["timeout", "ok", "timeout", "ok"]
+        assert all(0.5 <= r.seconds < 30 for r in results if r.status == "timeout")  # stopped, not waited for
         assert pool.workers_replaced == 2
-        assert [r.status for r in pool.map(_sleep, [(0,), (0,)], time_limit=5)] == ["ok", "ok"]
+        assert [r.status for r in pool.map(time.sleep, [(0,), (0,)], time_limit=5)] == ["ok", "ok"]
     finally:
         pool.shutdown()
 
@@ -294,9 +287,25 @@ def test_pool_kills_and_replaces_workers_that_run_over():
 def test_items_queued_behind_a_timed_out_item_are_still_answered():
     pool = TimeLimitedPool(max_workers=1)
     try:
-        results = pool.map(_sleep, [(0,), (30,), (0,), (0,), (30,), (0,)], time_limit=0.5)
+        results = pool.map(time.sleep, [(0,), (30,), (0,), (0,), (30,), (0,)], time_limit=0.5)
         assert [r.status for r in results] == ["ok", "timeout", "ok", "ok", "timeout", "ok"]
-        assert all(r.seconds < 0.5 + 0.5 for r in results)
+        # Charged from when a worker took them: an item is never charged the limit of the one it queued behind.
+        assert all(r.seconds < 0.5 for r in results if r.status == "ok")
+    finally:
+        pool.shutdown()
+
+
+def test_a_pool_runs_items_side_by_side():
+    # Compared with a baseline measured here: the time the items were charged, i.e. what running them one after
+    # another would take. Two ready workers finish four half-second items in about half of it.
+    pool = TimeLimitedPool(max_workers=2)
+    try:
+        pool.map(time.sleep, [(0.5,), (0.5,)], time_limit=60, min_items_per_worker=1)  # start both workers
+        start = time.monotonic()
+        results = pool.map(time.sleep, [(0.5,)] * 4, time_limit=60, min_items_per_worker=1)
+        wall = time.monotonic() - start
+        assert [r.status for r in results] == ["ok"] * 4
+        assert wall < sum(r.seconds for r in results)
     finally:
         pool.shutdown()
 
@@ -304,9 +313,9 @@ def test_items_queued_behind_a_timed_out_item_are_still_answered():
 def test_pool_survives_a_worker_that_dies():
     pool = TimeLimitedPool(max_workers=1)
     try:
-        results = pool.map(_crash, [(), ()], time_limit=5)
+        results = pool.map(os._exit, [(3,), (3,)], time_limit=5)
         assert [r.status for r in results] == ["error", "error"]
-        assert pool.map(_sleep, [(0,)], time_limit=5)[0].status == "ok"
+        assert pool.map(time.sleep, [(0,)], time_limit=5)[0].status == "ok"
     finally:
         pool.shutdown()
 
@@ -314,9 +323,9 @@ def test_pool_survives_a_worker_that_dies():
 def test_worker_start_up_does_not_count_against_the_item():
     pool = TimeLimitedPool(max_workers=1)
     try:
-        result = pool.map(_sleep, [(0,)], time_limit=0.2)[0]
+        # A worker's start (imports, about a second, longer under load) would exceed the 0.2 s limit if it counted.
+        result = pool.map(time.sleep, [(0,)], time_limit=0.2)[0]
         assert result.status == "ok"
-        assert result.seconds < 0.2
     finally:
         pool.shutdown()
 

@@ -1,16 +1,22 @@
-"""The rewards never raise and never run past their time limit, whatever the model writes."""
+"""The rewards never raise and never charge an answer past its time limit, whatever the model writes.
 
-import time
+The time checked is what `grade` charges each answer: its parsing in the calling process plus its symbolic check from
+the moment a ready worker took it. A worker's start-up (a restart after a kill included), which a loaded machine slows
+down, is never charged, so these bounds hold at any load; `SLACK` covers the parsing and the pool's reaction time.
+"""
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from coba_trl.rewards import boxed_accuracy_reward, dapo_accuracy_reward
+from coba_trl.rewards import boxed_accuracy_reward, dapo_accuracy_reward, grade
+from coba_trl.rewards.extraction import extract_boxed_answer, extract_dapo_answer
+from coba_trl.rewards.pool import get_pool
 
 LIMIT = 1.0
 SLACK = 1.0
 REWARDS = [dapo_accuracy_reward, boxed_accuracy_reward]
+EXTRACT = {dapo_accuracy_reward: extract_dapo_answer, boxed_accuracy_reward: extract_boxed_answer}
 
 BOMBS = [
     "10^{10^{10}}",
@@ -59,10 +65,10 @@ golds = st.one_of(
 )
 
 
-def _timed(reward, completions, solution):
-    start = time.monotonic()
-    rewards = reward(completions, solution, time_limit=LIMIT)
-    return rewards, time.monotonic() - start
+def _graded(reward, completions, solution):
+    """The rewards `reward` gives (it is `grade` with its extractor) and the largest time charged to one answer."""
+    result = grade(completions, solution, EXTRACT[reward], time_limit=LIMIT)
+    return result.rewards, max(result.seconds)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -74,14 +80,14 @@ def warm_pool():
 @given(completion=adversarial_text, gold=golds)
 def test_random_and_adversarial_text_scores_within_the_limit(completion, gold):
     for reward in REWARDS:
-        rewards, seconds = _timed(reward, [completion], [gold])
+        rewards, seconds = _graded(reward, [completion], [gold])
         assert rewards in ([0.0], [1.0])
         assert seconds < LIMIT + SLACK
 
 
 @pytest.mark.parametrize("bomb", BOMBS)
 def test_sympy_bombs_are_cut_off(bomb):
-    rewards, seconds = _timed(dapo_accuracy_reward, ["Answer: " + bomb], ["5"])
+    rewards, seconds = _graded(dapo_accuracy_reward, ["Answer: " + bomb], ["5"])
     assert rewards == [0.0]
     assert seconds < LIMIT + SLACK
 
@@ -89,7 +95,7 @@ def test_sympy_bombs_are_cut_off(bomb):
 @pytest.mark.parametrize("reward", REWARDS)
 def test_huge_and_broken_strings_score_zero_quickly(reward):
     for text in HUGE:
-        rewards, seconds = _timed(reward, [text], ["7"])
+        rewards, seconds = _graded(reward, [text], ["7"])
         assert rewards == [0.0]
         assert seconds < LIMIT + SLACK
 
@@ -101,11 +107,13 @@ def test_odd_completion_objects_never_raise(reward):
     assert set(rewards) <= {0.0, 1.0}
 
 
-def test_a_batch_of_bombs_costs_at_most_one_limit_per_worker_round():
-    from coba_trl.rewards.pool import get_pool
-
-    batch = ["Answer: " + b for b in BOMBS[:4]] + ["Answer: 5"] * 4
-    rewards, seconds = _timed(dapo_accuracy_reward, batch, ["5"] * len(batch))
-    assert rewards == [0.0] * 4 + [1.0] * 4
-    rounds = -(-4 // get_pool().max_workers)
-    assert seconds < rounds * LIMIT + SLACK
+def test_a_batch_of_bombs_is_charged_one_limit_per_bomb():
+    # Each bomb is stopped once, at its own limit; the answers queued behind it are graded and not charged its wait.
+    pool = get_pool()
+    replaced = pool.workers_replaced
+    batch = ["Answer: " + b for b in BOMBS[:4]] + ["Answer: 5", "Answer: 10/2", "Answer: \\frac{10}{2}", "Answer: 6"]
+    result = grade(batch, ["5"] * len(batch), extract_dapo_answer, time_limit=LIMIT)
+    assert result.rewards == [0.0] * 4 + [1.0, 1.0, 1.0, 0.0]
+    assert result.timeouts == 4 and pool.workers_replaced - replaced == 4
+    assert all(LIMIT <= seconds < LIMIT + SLACK for seconds in result.seconds[:4])
+    assert all(seconds < LIMIT for seconds in result.seconds[4:])
