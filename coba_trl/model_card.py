@@ -5,10 +5,15 @@ TRL's `create_model_card` writes ``<output_dir>/README.md`` from its template. F
 None", a link to ``huggingface.co/None`` and a quick start with ``model="None"`` and a generic question.
 `complete_model_card` rewrites that card in place:
 
-- the title names the model: the Hub id when there is one, else the output directory;
+- the title and `model_name` name the model: the Hub id when there is one, else the output folder's name;
+- TRL's placeholder `licence: license` goes; a model built in memory by coba-trl (the CPU demo) gets
+  `license: apache-2.0`, the project's licence, and a model fine-tuned from another keeps no licence line (its base
+  model's licence applies, which the card cannot know offline);
 - the base model and the dataset (`dataset_name`, as given to `create_model_card`) are linked only when they are
   Hub ids, and named as given otherwise;
-- the quick start loads that model and asks it a prompt of the training set;
+- the quick start loads that model (the Hub id, else the output folder's absolute path, so it runs from any
+  directory) and asks it a prompt of the training set;
+- "Training procedure" says in a sentence how the model was trained (TRL leaves it empty without a tracker);
 - a "CoBA-RL settings" section lists the allocator's fields (the `CoBAConfig` fields the run used) and the rollout
   layout, followed by results when given (the CPU demo passes its held-out accuracy before and after RL).
 
@@ -29,6 +34,7 @@ import coba_trl
 from coba_trl.config import CoBAConfig
 
 CARD_FILE = "README.md"
+PROJECT_LICENSE = "apache-2.0"
 BEGIN, END = "<!-- coba-trl:begin -->", "<!-- coba-trl:end -->"
 # GRPOConfig fields that, with the CoBA fields, say how the rollout budget of a run was spent.
 LAYOUT_FIELDS = (
@@ -104,6 +110,19 @@ def origin_sentence(source: str, description: str | None, dataset_name: str | No
     return sentence + "."
 
 
+def training_procedure(args: CoBAConfig, steps: int, dataset_name: str | None) -> str:
+    """One paragraph: how the model was trained, for TRL's empty "Training procedure" section."""
+    prompts = args.generation_batch_size // args.num_generations
+    data = f" on `{dataset_name}`" if dataset_name else ""
+    return (
+        f"Trained with GRPO through coba-trl's `CoBAGRPOTrainer` for {steps} optimizer steps{data}. Each generation "
+        f"round sampled {args.generation_batch_size} completions for {prompts} distinct prompts, and the "
+        f"`{args.budget_allocator}` allocator decided how many each prompt got (from {args.min_generations} to "
+        f"{args.max_generations}), from the prompt's past pass rate; the advantages are computed within each "
+        "prompt's group, whatever its size. The settings are listed below."
+    )
+
+
 def complete_model_card(
     trainer,
     dataset_name: str | None = None,
@@ -121,7 +140,9 @@ def complete_model_card(
         return None
     args = trainer.args
     card = ModelCard.load(path)
-    name = trainer.hub_model_id or args.hub_model_id or args.output_dir
+    hub_id = trainer.hub_model_id or args.hub_model_id
+    name = hub_id or os.path.basename(os.path.abspath(args.output_dir))
+    location = hub_id or os.path.abspath(args.output_dir)
     source = getattr(trainer.model.config, "_name_or_path", "") or ""
     text = re.sub(r"^# Model Card for None$", f"# Model Card for {name}", card.text, flags=re.MULTILINE)
     text = re.sub(
@@ -132,16 +153,24 @@ def complete_model_card(
         flags=re.MULTILINE,
     )
     card.data.datasets = dataset_name if is_hub_id(dataset_name) else None
-    if not card.data.model_name or card.data.model_name == "None":
-        card.data.model_name = name
+    card.data.model_name = name
+    card.data.licence = None  # TRL's template placeholder (`licence: license`)
+    if not source:
+        card.data.license = PROJECT_LICENSE  # weights made by coba-trl from scratch
     if not is_hub_id(source):
         card.data.base_model = None
     prompt = trainer.train_dataset[0]["prompt"]
     text = re.sub(
         r"## Quick start\n.*?(?=## Training procedure)",
-        lambda _: quick_start(name, prompt, args.max_completion_length, device_map),
+        lambda _: quick_start(location, prompt, args.max_completion_length, device_map),
         text,
         flags=re.DOTALL,
+    )
+    text = re.sub(
+        r"## Training procedure\n\s*(?:Trained with GRPO through coba-trl[^\n]*\n\s*)?(?=This model was trained with)",
+        lambda _: f"## Training procedure\n\n{training_procedure(args, trainer.state.global_step, dataset_name)}\n\n",
+        text,
+        count=1,
     )
     section = settings_section(args, trainer.state.global_step, results)
     if BEGIN in text and END in text:

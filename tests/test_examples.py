@@ -197,7 +197,7 @@ def test_short_demo_through_accelerate_launch(tmp_path):
     history = json.loads((tmp_path / "trainer_state.json").read_text())["log_history"]
     assert any("heldout_accuracy" in record for record in history)
     card = (tmp_path / "README.md").read_text()
-    assert f"# Model Card for {tmp_path}" in card and "| `budget_allocator` | `coba` |" in card
+    assert f"# Model Card for {tmp_path.name}" in card and "| `budget_allocator` | `coba` |" in card
     assert "before RL ->" in card
     quick_start = card.split("## Quick start\n\n```python\n")[1].split("```")[0]
     exec(compile(quick_start, "model card quick start", "exec"), {})  # loads the saved model, asks a training prompt

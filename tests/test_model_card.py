@@ -38,13 +38,28 @@ def test_card_of_a_model_built_in_memory_names_it_and_lists_the_coba_settings(tm
     assert "Model Card for None" not in (tmp_path / "README.md").read_text()
     complete_model_card(trainer, "my arithmetic set", results={"held-out accuracy": "0.2 -> 0.6"})
     card = (tmp_path / "README.md").read_text()
-    assert f"# Model Card for {tmp_path}" in card and "huggingface.co/None" not in card and 'model="None"' not in card
+    assert f"# Model Card for {tmp_path.name}" in card and f"model_name: {tmp_path.name}" in card
+    assert "huggingface.co/None" not in card and 'model="None"' not in card
     assert "huggingface.co/datasets/my arithmetic" not in card and "`my arithmetic set`" in card
     assert "| `budget_allocator` | `knapsack` |" in card and "| `max_generations` | `6` |" in card
     assert "coba_kappa" not in card  # the CoBA value-function fields only for the CoBA allocator
     assert "| held-out accuracy | 0.2 -> 0.6 |" in card
     assert f'model="{tmp_path}"' in card and "'content': '0+0='" in card
     assert "coba-rl" in card  # TRL's tags and citation stay
+    assert "licence" not in card and "license: apache-2.0" in card  # built in memory: the project's licence
+    procedure = card.split("## Training procedure\n\n")[1].split("\n")[0]
+    assert procedure.startswith("Trained with GRPO through coba-trl") and "`knapsack` allocator" in procedure
+
+
+def test_the_quick_start_runs_from_any_directory(tmp_path, monkeypatch):
+    trainer = tiny_trainer(tmp_path / "run", max_steps=1)
+    trainer.save_model()
+    trainer.create_model_card(dataset_name="my arithmetic set")
+    card = (tmp_path / "run" / "README.md").read_text()
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    quick_start = card.split("## Quick start\n\n```python\n")[1].split("```")[0]
+    exec(compile(quick_start, "model card quick start", "exec"), {})
 
 
 def test_completing_twice_gives_the_same_card_and_hub_ids_are_linked(tmp_path):
@@ -54,6 +69,7 @@ def test_completing_twice_gives_the_same_card_and_hub_ids_are_linked(tmp_path):
     first = (tmp_path / "README.md").read_text()
     complete_model_card(trainer, "me/sums", {"accuracy": "0.5"}, base_model="a tiny model")
     assert (tmp_path / "README.md").read_text() == first and first.count(BEGIN) == 1
+    assert first.count("Trained with GRPO through coba-trl") == 1
     assert "# Model Card for me/tiny-coba" in first and 'model="me/tiny-coba"' in first
     assert "trained from a tiny model on the [me/sums](https://huggingface.co/datasets/me/sums) dataset." in first
     assert "| `coba_kappa` | `11.0` |" in first and "| accuracy | 0.5 |" in first
