@@ -10,7 +10,9 @@ to it with matplotlib's Agg backend (no display needed):
   (section 3);
 - ``reward_accuracy.png``: mean training reward and, when logged, held-out accuracy.
 Only metrics the run logged get a plot or a panel (a Knapsack run has no alpha/beta panel). The x axis is the
-optimizer step, with integer ticks.
+optimizer step, with integer ticks. Series are told apart by colour, marker and line style together (so two that
+coincide, or a print in grey, still show which is which), and a series with only a few points, as in a run of three
+steps, has each value written next to its point.
 """
 
 from __future__ import annotations
@@ -57,7 +59,19 @@ def series(log_history: list[dict], key: str) -> tuple[list[int], list[float]]:
 
 # Pass-rate bins from hard to easy, in the order of an ordered colour map (so neighbouring bins get neighbouring hues).
 PASS_RATE_BIN_NAMES = tuple(name for name, _, _ in PASS_RATE_BINS) + ("1.0",)
-BIN_MARKERS = ("o", "s", "^", "D", "v", "P")
+BIN_MARKERS = ("o", "s", "^", "D", "v", "*")
+BIN_LINESTYLES = ("-", "--", "-.", ":", (0, (5, 1, 1, 1, 1, 1)), (0, (1, 3)))
+FEW_POINTS = 3  # a series with at most this many points has its values written next to them
+
+
+def bin_label(name: str) -> str:
+    """A pass-rate bin in words: "p 0.2 to 0.4", "p 0.8 to under 1", "p = 1 (always solved)", "unseen"."""
+    if name == "1.0":
+        return "p = 1 (always solved)"
+    if name not in PASS_RATE_BIN_NAMES:
+        return "unseen (no pass rate yet)"
+    low, high = name.split("-")
+    return f"p {low} to under {high}" if high == "1.0" else f"p {low} to {high}"
 
 
 def bin_color(name: str):
@@ -69,6 +83,15 @@ def bin_color(name: str):
 
 def _bin_order(name: str) -> int:
     return PASS_RATE_BIN_NAMES.index(name) if name in PASS_RATE_BIN_NAMES else -1
+
+
+def _label_few_points(axis, steps: list, values: list, color) -> None:
+    """Write each value next to its point when a series has too few points to read as a line."""
+    if len(steps) <= FEW_POINTS:
+        for step, value in zip(steps, values, strict=True):
+            axis.annotate(
+                f"{value:.3g}", (step, value), xytext=(5, 4), textcoords="offset points", color=color, fontsize=8
+            )
 
 
 def _step_axis(axis) -> None:
@@ -94,17 +117,21 @@ def plot_budget_by_pass_rate(log_history: list[dict], path: str) -> bool:
     for name in bins:
         steps, values = series(log_history, BUDGET_BIN_PREFIX + name)
         if name in PASS_RATE_BIN_NAMES:
-            # Harder bins are drawn wider and first, so a bin that coincides with another (say 0.8-1.0 and 1.0,
-            # both at B_low) still shows as a rim around it.
+            # Harder bins are drawn wider and first, and each has its own marker and line style, so a bin that
+            # coincides with another (say 0.8 to under 1 and p = 1, both at B_low) still shows as a rim around it.
             order = _bin_order(name)
-            size = {"linewidth": 2.6 - 0.3 * order, "markersize": 6.0 - 0.6 * order}
-            style = {"marker": BIN_MARKERS[order], **size, "label": f"p in {name}"}
+            size = {"linewidth": 2.6 - 0.3 * order, "markersize": 7.0 - 0.5 * order}
+            style = {"marker": BIN_MARKERS[order], "linestyle": BIN_LINESTYLES[order], **size}
         else:
-            style = {"marker": ".", "linestyle": ":", "label": "unseen (no history yet)"}
-        axis.plot(steps, values, color=bin_color(name), **style)
+            style = {"marker": "x", "linestyle": ":"}
+        axis.plot(steps, values, color=bin_color(name), label=bin_label(name), **style)
+        _label_few_points(axis, steps, values, bin_color(name))
     steps, values = series(log_history, "budget/mean")
-    axis.plot(steps, values, linestyle="--", linewidth=1, color="black", label="mean over prompts (G)")
-    axis.set(ylabel="rollouts per prompt (mean over the bin)", title="Budget by pass-rate bin p_i")
+    axis.plot(steps, values, linestyle="--", linewidth=1, color="black", label="mean over all prompts")
+    axis.set(
+        ylabel="rollouts per prompt (mean over the bin)",
+        title="Rollouts per prompt by pass rate p (its success rate when last seen)",
+    )
     _step_axis(axis)
     axis.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5))
     _save(figure, path)
@@ -116,7 +143,8 @@ def _overlaid(axis, log_history: list[dict], under: tuple[str, str], over: tuple
     steps, values = series(log_history, under[0])
     axis.plot(steps, values, color=color, linewidth=5, alpha=0.3, marker="o", markersize=9, label=under[1])
     steps, values = series(log_history, over[0])
-    axis.plot(steps, values, color=color, linewidth=1.2, marker=".", label=over[1])
+    axis.plot(steps, values, color=color, linewidth=1.2, linestyle="--", marker=".", label=over[1])
+    _label_few_points(axis, steps, values, color)
 
 
 def plot_capability(log_history: list[dict], path: str) -> bool:
@@ -127,13 +155,19 @@ def plot_capability(log_history: list[dict], path: str) -> bool:
     figure, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4), squeeze=False)
     for axis, key in zip(axes[0], panels, strict=True):
         if key == "coba/alpha":
-            for name, color in (("alpha", "tab:blue"), ("beta", "tab:orange")):
+            for name, color, marker, line, meaning in (
+                ("alpha", "tab:blue", "o", "-", "large: the peak on easy prompts"),
+                ("beta", "tab:orange", "s", "--", "large: the peak on hard prompts"),
+            ):
                 steps, values = series(log_history, f"coba/{name}")
-                axis.plot(steps, values, marker=".", color=color, label=f"{name}_t")
+                label = f"{name}_t ({meaning})"
+                axis.plot(steps, values, marker=marker, linestyle=line, color=color, label=label)
+                _label_few_points(axis, steps, values, color)
             axis.set(ylabel="Beta parameter (no unit)", title="Value density Beta(alpha_t, beta_t)")
         else:
-            under = ("coba/failure_rate_smoothed", "F_bar_t (mean of the last window values)")
-            _overlaid(axis, log_history, under, ("coba/failure_rate", "F_t (this round)"), "tab:red")
+            under = ("coba/failure_rate_smoothed", "F_bar_t: averaged over the last coba_window rounds")
+            over = ("coba/failure_rate", "F_t: share of failed rollouts in the round (mean over prompts)")
+            _overlaid(axis, log_history, under, over, "tab:red")
             axis.set(ylabel="failure rate (1 - mean pass rate)", ylim=(0, 1), title="Global failure rate")
         _step_axis(axis)
         axis.legend(fontsize=8)
@@ -148,9 +182,14 @@ def plot_reward_accuracy(log_history: list[dict], path: str) -> bool:
         return False
     figure, axis = plt.subplots(figsize=(7, 4))
     if steps:
-        axis.plot(steps, rewards, marker=".", alpha=0.7, label="train reward (mean over the round)")
+        axis.plot(
+            steps, rewards, marker=".", linestyle="--", color="tab:blue", label="training reward (mean over the round)"
+        )
+        _label_few_points(axis, steps, rewards, "tab:blue")
     if accuracy_steps:
-        axis.plot(accuracy_steps, accuracy, marker="o", linewidth=2, label="held-out accuracy (greedy)")
+        label = "held-out accuracy (greedy answers)"
+        axis.plot(accuracy_steps, accuracy, marker="s", linewidth=2, color="tab:green", label=label)
+        _label_few_points(axis, accuracy_steps, accuracy, "tab:green")
     if all(0.0 <= value <= 1.0 for value in rewards + accuracy):
         axis.set_ylim(0, 1)
     axis.set(ylabel="reward / accuracy (fraction correct)", title="Reward and accuracy")

@@ -115,3 +115,26 @@ def test_pass_rate_bins_get_distinct_ordered_colours():
 
     colours = [bin_color(name) for name in PASS_RATE_BIN_NAMES]
     assert len(set(colours)) == len(PASS_RATE_BIN_NAMES) and bin_color("unseen") == "grey"
+
+
+def test_bins_differ_in_marker_and_line_style_not_only_colour(tmp_path, figures):
+    history = [{"step": 1, "budget/mean": 8.0, "budget/mean_by_pass_rate/unseen": 8.0}]
+    bins = {"0.0-0.2": 12.0, "0.2-0.4": 10.0, "0.4-0.6": 8.0, "0.6-0.8": 6.0, "0.8-1.0": 2.0, "1.0": 2.0}
+    history.append({"step": 3, "budget/mean": 8.0, **{f"budget/mean_by_pass_rate/{k}": v for k, v in bins.items()}})
+    write_state(tmp_path, history)
+    plot_run(str(tmp_path))
+    (axis,) = figures["budget_by_pass_rate.png"].axes
+    lines = [line for line in axis.get_lines() if line.get_label().startswith(("p ", "unseen"))]
+    assert len(lines) == 7 and len({(line.get_marker(), str(line.get_linestyle())) for line in lines}) == 7
+    labels = [line.get_label() for line in lines]
+    assert "p 0.8 to under 1.0" in labels and "p = 1 (always solved)" in labels
+    # a 3-step run: each point carries its value, so single points read as numbers, not dots
+    assert {text.get_text() for text in axis.texts} >= {"12", "2", "8"}
+
+
+def test_failure_rate_labels_are_plain_words(tmp_path, figures):
+    write_state(tmp_path, synthetic_history())
+    plot_run(str(tmp_path))
+    labels = [line.get_label() for axis in figures["capability.png"].axes for line in axis.get_lines()]
+    assert any(label.startswith("F_bar_t: averaged over the last coba_window rounds") for label in labels)
+    assert not any("window values" in label for label in labels)
