@@ -198,10 +198,10 @@ def main() -> None:
     report.put("plan", "estimates_s", planned)
     with tempfile.TemporaryDirectory(prefix="gpu_check_") as runs:  # the trainers' output_dir (nothing is saved)
         sections = {
-            "correctness": lambda put, log: check_correctness(device, runs, put),
+            "correctness": lambda put, log: check_correctness(device, runs, put, log),
             "fsdp": lambda put, log: check_fsdp(device, out, put, log, fsdp_timeout),
             "lora": lambda put, log: check_lora(sizes, device, runs, put),
-            "speed": lambda put, log: measure_speed(sizes, device, runs, put, stop_at),
+            "speed": lambda put, log: measure_speed(sizes, device, runs, put, log, stop_at),
         }
         for name in (name for name in SECTIONS if name in args.sections):
             # stacks in the log: 3x the estimate, 30 s past the time limit for speed; 10 minutes without an estimate

@@ -7,6 +7,7 @@ as soon as a part is done (each speed arm, each correctness check), so a run cut
 from __future__ import annotations
 
 import time
+import traceback
 from collections import Counter
 from collections.abc import Callable
 
@@ -23,6 +24,30 @@ RATIOS = {
     "uniform_round_time": "uniform / GRPO round time",
 }
 Put = Callable[[str, object], None]
+
+
+class Parts:
+    """The independent parts of a section (the speed arms, the two correctness checks): one that raises has its
+    traceback appended to the section's log and the others still run; `raise_if_any` then fails the section."""
+
+    def __init__(self, log_path: str):
+        self.log_path, self.errors = log_path, {}
+
+    def run(self, name: str, part: Callable, *args, **kwargs):
+        """`part(*args, **kwargs)`, or None if it raised."""
+        try:
+            return part(*args, **kwargs)
+        except Exception as error:
+            with open(self.log_path, "a") as log:
+                log.write(f"{name}:\n")
+                traceback.print_exc(file=log)
+            traceback.print_exc()
+            self.errors[name] = f"{type(error).__name__}: {error}"
+            return None
+
+    def raise_if_any(self) -> None:
+        if self.errors:
+            raise RuntimeError("; ".join(f"{name}: {error}" for name, error in self.errors.items()))
 
 
 def max_difference(ours: list, theirs: list) -> float:
@@ -45,9 +70,10 @@ def reference_advantages(prompts: list[str], rewards: list[float]) -> np.ndarray
     return advantages
 
 
-def check_correctness(device: torch.device, output_dir: str, put: Put) -> None:
+def check_correctness(device: torch.device, output_dir: str, put: Put, log_path: str) -> None:
     """fp32, eager attention, deterministic algorithms: uniform CoBA equals GRPO step for step (rewards, advantages,
-    loss, grad_norm); a scripted uneven allocation reaches the reward function and gets numpy's advantages."""
+    loss, grad_norm); a scripted uneven allocation reaches the reward function and gets numpy's advantages. The two
+    checks run even if the other fails."""
     common = dict(
         dtype=torch.float32,
         attention="eager",
@@ -57,37 +83,47 @@ def check_correctness(device: torch.device, output_dir: str, put: Put) -> None:
         generation_kwargs=None,
         seed=7,
     )
+    parts = Parts(log_path)
     torch.use_deterministic_algorithms(True, warn_only=True)
     try:
-        runs = {}
-        for arm in ("grpo", "uniform"):
-            trainer, reward = make_trainer(arm, FP32_CHECK, device, output_dir, steps=3, **common)
-            trainer.train()
-            runs[arm] = {
-                "rewards": [call[1] for call in reward.calls],
-                "advantages": trainer.probe["advantages"],
-                "loss": logged(trainer, "loss"),
-                "grad_norm": logged(trainer, "grad_norm"),
-            }
-        put("uniform_equals_grpo", equivalence(runs["grpo"], runs["uniform"]))
-
-        scripted_sizes = [[1, 9, 5, 1], [2, 2, 7, 5]]
-        trainer, reward = make_trainer("coba", FP32_CHECK, device, output_dir, steps=2, min_generations=1, **common)
-        sizes = iter(scripted_sizes)
-        trainer.allocator.allocate = lambda pass_rates, total_budget: np.array(next(sizes))
-        trainer.train()
+        for name, check in (("uniform_equals_grpo", uniform_against_grpo), ("scripted_allocation", scripted)):
+            result = parts.run(name, check, device, output_dir, common)
+            if result is not None:
+                put(name, result)
     finally:
         torch.use_deterministic_algorithms(False)
+    parts.raise_if_any()
+
+
+def uniform_against_grpo(device: torch.device, output_dir: str, common: dict) -> dict:
+    runs = {}
+    for arm in ("grpo", "uniform"):
+        trainer, reward = make_trainer(arm, FP32_CHECK, device, output_dir, steps=3, **common)
+        trainer.train()
+        runs[arm] = {
+            "rewards": [call[1] for call in reward.calls],
+            "advantages": trainer.probe["advantages"],
+            "loss": logged(trainer, "loss"),
+            "grad_norm": logged(trainer, "grad_norm"),
+        }
+    return equivalence(runs["grpo"], runs["uniform"])
+
+
+def scripted(device: torch.device, output_dir: str, common: dict) -> dict:
+    scripted_sizes = [[1, 9, 5, 1], [2, 2, 7, 5]]
+    trainer, reward = make_trainer("coba", FP32_CHECK, device, output_dir, steps=2, min_generations=1, **common)
+    sizes = iter(scripted_sizes)
+    trainer.allocator.allocate = lambda pass_rates, total_budget: np.array(next(sizes))
+    trainer.train()
     expected, observed = [sorted(s) for s in scripted_sizes], [sorted(Counter(c[0]).values()) for c in reward.calls]
     error = max_difference([reference_advantages(*call[:2]) for call in reward.calls], trainer.probe["advantages"])
-    scripted = {
+    print(f"[correctness] scripted groups {observed} (expected {expected}), advantages vs numpy {error:.1e}")
+    return {
         "expected_group_sizes": expected,
         "observed_group_sizes": observed,
         "advantages_vs_numpy": error,
         "passed": observed == expected and error <= TOLERANCE,
     }
-    put("scripted_allocation", scripted)
-    print(f"[correctness] scripted groups {observed} (expected {expected}), advantages vs numpy {error:.1e}")
 
 
 def equivalence(grpo: dict, uniform: dict) -> dict:
@@ -122,16 +158,18 @@ def check_lora(sizes: Sizes, device: torch.device, output_dir: str, put: Put) ->
         put(key, value)
 
 
-def measure_speed(sizes: Sizes, device: torch.device, output_dir: str, put: Put, stop_at: float) -> None:
-    """The arms in turn on equal rollouts, each written as it ends, and the ratios CoBA / GRPO as soon as both ran.
-    Each arm gets an equal share of the time left before `stop_at` and stops starting rounds past it."""
-    arms = {}
+def measure_speed(sizes: Sizes, device: torch.device, output_dir: str, put: Put, log_path: str, stop_at: float):
+    """The arms in turn on equal rollouts, each written as it ends (an arm that fails leaves the others to run), and
+    the ratios to GRPO as soon as both arms ran. Each arm gets an equal share of the time left before `stop_at` and
+    starts no round past it."""
+    arms, parts = {}, Parts(log_path)
     for index, arm in enumerate(ARMS):
-        share = (stop_at - time.perf_counter()) / (len(ARMS) - index)
-        arm_stop = time.perf_counter() + share
-        arms[arm] = run_arm(arm, sizes, device, output_dir, rounds=sizes.rounds, warmup=1, stop_at=arm_stop)
+        arm_stop = time.perf_counter() + (stop_at - time.perf_counter()) / (len(ARMS) - index)
+        r = parts.run(arm, run_arm, arm, sizes, device, output_dir, rounds=sizes.rounds, warmup=1, stop_at=arm_stop)
+        if r is None:
+            continue
+        arms[arm] = r
         put("arms", arms)
-        r = arms[arm]
         print(
             f"[speed] {arm}: {r['round_s']:.2f} s per round (generation {r['generation_s']:.2f}, scoring "
             f"{r['scoring_s']:.3f}, training {r['training_s']:.2f}) over {r['rounds_measured']} rounds",
@@ -141,6 +179,7 @@ def measure_speed(sizes: Sizes, device: torch.device, output_dir: str, put: Put,
             ratios = speed_ratios(arms, device)
             put("ratios_over_grpo", ratios)
             print("[speed] " + ", ".join(f"{RATIOS[name]} {value:.3f}" for name, value in ratios.items()))
+    parts.raise_if_any()
 
 
 def speed_ratios(arms: dict, device: torch.device) -> dict:

@@ -68,21 +68,26 @@ def test_fsdp_section_trains_fsdp2_sharded_over_gloo_with_the_recipe(tmp_path):
     assert "[fsdp] rank 0: DistributedType.FSDP sharded over 2" in log and "[fsdp] rank 1:" in log
 
 
-def test_a_failing_section_keeps_its_figures_and_leaves_its_traceback(tmp_path):
-    gpu_check = load_benchmark("gpu_check")
+def test_a_failing_arm_leaves_the_other_arms_and_sections_to_run_and_its_traceback_in_the_log(tmp_path):
+    gpu_check, sections = load_benchmark("gpu_check"), load_benchmark("gpu_check_sections")
     report = gpu_check.Report(str(tmp_path / "gpu_check.json"), {})
 
-    def second_arm_fails(put, log_path):
-        put("arms", {"coba": 1.0})
-        raise ValueError("out of memory in arm grpo")
+    def coba_arm():
+        raise MemoryError("CUDA out of memory in arm coba")
+
+    def speed(put, log_path):  # the speed section's shape: independent arms, each written as it ends
+        parts = sections.Parts(log_path)
+        arms = {arm: parts.run(arm, part) for arm, part in (("coba", coba_arm), ("grpo", lambda: {"round_s": 1.0}))}
+        put("arms", {arm: result for arm, result in arms.items() if result is not None})
+        parts.raise_if_any()
 
     cpu = gpu_check.torch.device("cpu")
-    gpu_check.run_section("speed", second_arm_fails, report, str(tmp_path), cpu, hang_s=60)
+    gpu_check.run_section("speed", speed, report, str(tmp_path), cpu, hang_s=60)
     gpu_check.run_section("lora", lambda put, log_path: put("passed", True), report, str(tmp_path), cpu, hang_s=60)
     on_disk = json.loads((tmp_path / "gpu_check.json").read_text())
-    assert on_disk["speed"]["arms"] == {"coba": 1.0}
-    assert on_disk["speed"]["error"] == "ValueError: out of memory in arm grpo"
-    assert "in second_arm_fails" in (tmp_path / "speed.log").read_text()
+    assert on_disk["speed"]["arms"] == {"grpo": {"round_s": 1.0}}
+    assert on_disk["speed"]["error"] == "RuntimeError: coba: MemoryError: CUDA out of memory in arm coba"
+    assert "in coba_arm" in (tmp_path / "speed.log").read_text()
     assert on_disk["lora"]["passed"] and not (tmp_path / "lora.log").exists()
     assert [gpu_check.verdict(on_disk[name]) for name in ("speed", "lora")] == ["error", "PASS"]
 
