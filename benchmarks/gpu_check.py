@@ -69,11 +69,11 @@ def plain(value):
 
 
 def estimates(sizes: Sizes, device: torch.device, fsdp_timeout: float) -> dict:
-    """Planned seconds on one H200 (estimates, not measurements): 15 s of imports, about 10 s per speed round of 512
+    """Planned seconds on one H200 (estimates, not measurements): 15 s of imports, about 12 s per speed round of 512
     completions of 256 tokens, 5 s to build a model, 45 s for the FSDP launch (a second Python, imports, two rounds)."""
     if device.type != "cuda":
         return {}
-    speed = len(ARMS) * (5 + (1 + sizes.rounds) * 10)
+    speed = len(ARMS) * (5 + (1 + sizes.rounds) * 12)
     return {"imports": 15, "correctness": 20, "fsdp": min(45, fsdp_timeout), "lora": 15, "speed": speed}
 
 
