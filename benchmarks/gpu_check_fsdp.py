@@ -17,11 +17,11 @@ is stopped, so the log always ends with the cause.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import faulthandler
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
 import tempfile
@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import psutil
 import torch
 from gpu_check_trainers import CPU_SMOKE, QWEN25_05B, run_arm
 
@@ -37,20 +38,23 @@ EXCEPTION_LINE = re.compile(r"^(?:\[rank\d+\]:\s*)?((?:[\w.]+\.)?\w*(?:Error|Exc
 
 
 def launch(command: list[str], log_path: str, timeout: float, env: dict) -> int | None:
-    """Run `command` in a process group of its own, its output appended to `log_path` as it comes; after `timeout`
-    seconds end the group (SIGTERM, SIGKILL 10 s later). The exit status, None when it timed out."""
+    """Run `command`, its output appended to `log_path` as it comes; after `timeout` seconds end it and every process
+    it started, in whatever session (torchrun starts each worker in a session of its own): SIGTERM, SIGKILL 10 s
+    later. The exit status, None when it timed out."""
     with open(log_path, "a") as log:
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         try:
             return process.wait(timeout)
         except subprocess.TimeoutExpired:
-            for sig in (signal.SIGTERM, signal.SIGKILL):
-                os.killpg(process.pid, sig)
-                try:
-                    process.wait(10)
-                    break
-                except subprocess.TimeoutExpired:
-                    continue
+            parent = psutil.Process(process.pid)
+            tree = [parent, *parent.children(recursive=True)]
+            for member in tree:
+                with contextlib.suppress(psutil.NoSuchProcess):
+                    member.terminate()
+            for member in psutil.wait_procs(tree, timeout=10)[1]:
+                with contextlib.suppress(psutil.NoSuchProcess):
+                    member.kill()
+            process.wait()
             return None
 
 

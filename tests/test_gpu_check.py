@@ -8,6 +8,7 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 from scripts.benchmarks import load_benchmark
 
@@ -106,12 +107,20 @@ def test_a_section_still_running_writes_where_it_waits(tmp_path):
     assert report.data["fsdp"]["log"] == str(tmp_path / "fsdp.log")
 
 
-def test_launch_stops_a_hanging_process_and_keeps_its_output(tmp_path):
+def test_launch_stops_a_hanging_launch_with_the_processes_it_started_and_keeps_its_output(tmp_path):
     fsdp = load_benchmark("gpu_check_fsdp")
     log = tmp_path / "fsdp.log"
-    command = [sys.executable, "-c", "print('joined the group', flush=True); import time; time.sleep(600)"]
-    assert fsdp.launch(command, str(log), timeout=3, env=dict(os.environ)) is None
-    assert log.read_text() == "joined the group\n"
+    worker = "import time; time.sleep(600)"
+    launcher = (  # like torchrun: a worker in a session of its own, then wait
+        "import subprocess, sys, time; "
+        f"worker = subprocess.Popen([sys.executable, '-c', {worker!r}], start_new_session=True); "
+        "print('worker', worker.pid, flush=True); worker.wait()"
+    )
+    assert fsdp.launch([sys.executable, "-c", launcher], str(log), timeout=5, env=dict(os.environ)) is None
+    output = log.read_text()
+    assert output.startswith("worker ")
+    worker_pid = int(output.split()[1])
+    assert not psutil.pid_exists(worker_pid) or psutil.Process(worker_pid).status() == psutil.STATUS_ZOMBIE
     assert fsdp.launch([sys.executable, "-c", "raise SystemExit(3)"], str(log), timeout=60, env=dict(os.environ)) == 3
 
 
