@@ -83,6 +83,8 @@ def check_fsdp(device, output_dir: str, put, log_path: str, timeout: float) -> N
     command += ["--num_processes", str(processes), "--main_process_port", "0", os.path.abspath(__file__)]
     command += ["--device", device.type, "--output", result_path, "--timeout", str(timeout)]
     env = {**os.environ, "NCCL_DEBUG": "WARN", "PYTHONFAULTHANDLER": "1", "PYTHONUNBUFFERED": "1"}
+    # the launcher's default is one thread per process, which makes building the model on the CPU slow
+    env.setdefault("OMP_NUM_THREADS", str(max(1, len(os.sched_getaffinity(0)) // processes)))
     start = time.perf_counter()
     status = launch(command, log_path, timeout, env)
     put("launch", {"command": " ".join(command), "exit": status, "seconds": time.perf_counter() - start})
