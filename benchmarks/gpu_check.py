@@ -38,7 +38,7 @@ os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # deterministic cuB
 import torch  # noqa: E402
 from gpu_check_fsdp import check_fsdp  # noqa: E402
 from gpu_check_sections import ARMS, RATIOS, check_correctness, check_lora, measure_speed  # noqa: E402
-from gpu_check_trainers import CPU_SMOKE, QWEN25_05B, Sizes, free_memory  # noqa: E402
+from gpu_check_trainers import CPU_SMOKE, QWEN25_05B, Sizes, free_memory, plain  # noqa: E402
 
 SECTIONS = ("correctness", "fsdp", "lora", "speed")
 
@@ -58,14 +58,6 @@ class Report:
         with open(self.path + ".tmp", "w") as f:
             json.dump(self.data, f, indent=1, default=plain)
         os.replace(self.path + ".tmp", self.path)
-
-
-def plain(value):
-    """A numpy or torch value as JSON can hold it (a scalar's Python value, an array's list), anything else as text:
-    one odd figure must not stop every later write."""
-    if hasattr(value, "tolist"):
-        return value.tolist()
-    return str(value)
 
 
 def estimates(sizes: Sizes, device: torch.device, fsdp_timeout: float) -> dict:

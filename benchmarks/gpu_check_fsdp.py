@@ -11,7 +11,7 @@ launcher derived from the recipe, over gloo: everything but NCCL and the CUDA de
 
 The launch writes all its output to a log file as it comes, with `NCCL_DEBUG=WARN` and Python's fault handler (a
 crash in native code prints the Python stack); a process that hangs prints its stacks and exits before the launcher
-is stopped, so the log always ends with the cause.
+is stopped, so the log holds the cause.
 """
 
 from __future__ import annotations
@@ -31,7 +31,10 @@ from pathlib import Path
 import numpy as np
 import psutil
 import torch
-from gpu_check_trainers import CPU_SMOKE, QWEN25_05B, run_arm
+from accelerate import Accelerator, FullyShardedDataParallelPlugin
+from accelerate.state import PartialState
+from accelerate.utils import DistributedType
+from gpu_check_trainers import CPU_SMOKE, QWEN25_05B, plain, run_arm
 
 RECIPE = Path(__file__).resolve().parents[1] / "recipes" / "accelerate" / "fsdp_8gpu.yaml"
 EXCEPTION_LINE = re.compile(r"^(?:\[rank\d+\]:\s*)?((?:[\w.]+\.)?\w*(?:Error|Exception)\b.*)$")
@@ -108,10 +111,6 @@ def fsdp2_over_gloo() -> None:
     """Switch this process's accelerate state (data-parallel over gloo on a CPU) to FSDP, with the FSDP2 plugin that
     the launcher's FSDP_* variables describe; trainers then use it through `accelerator_config`'s
     `use_configured_state`."""
-    from accelerate import Accelerator, FullyShardedDataParallelPlugin
-    from accelerate.state import PartialState
-    from accelerate.utils import DistributedType
-
     state = Accelerator(cpu=True).state
     plugin = FullyShardedDataParallelPlugin()
     plugin.set_mixed_precision(state.mixed_precision)
@@ -149,7 +148,7 @@ def main() -> None:
     rank = int(os.environ.get("RANK", "0"))
     if rank == 0:
         with open(args.output, "w") as f:
-            json.dump(result, f, indent=1)
+            json.dump(result, f, indent=1, default=plain)
     print(
         f"[fsdp] rank {rank}: {result['distributed_type']} sharded over {result['sharded_over']}, loss {result['loss']}"
     )

@@ -211,6 +211,14 @@ def free_memory(device: torch.device) -> int:
     return torch.cuda.memory_allocated(device)
 
 
+def plain(value):
+    """`json.dump`'s `default`: a numpy or torch value as JSON can hold it (a scalar's Python value, an array's list),
+    anything else as text, so one odd figure never stops a write."""
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    return str(value)
+
+
 def logged(trainer, key: str) -> list[float]:
     """Every value of `key` (`loss`, `grad_norm`) the trainer logged, one per optimizer step."""
     return [h[key] for h in trainer.state.log_history if key in h]
