@@ -26,12 +26,20 @@ import json  # noqa: E402
 import multiprocessing  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
-from concurrent.futures import ProcessPoolExecutor  # noqa: E402
+from concurrent.futures import ProcessPoolExecutor, as_completed  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from studies import Study, load_study, units  # noqa: E402
-from study_run import machine_record, pilot_path, prepare_warm_start, provenance, run_arm, run_path  # noqa: E402
+from study_run import (  # noqa: E402
+    machine_record,
+    pilot_path,
+    prepare_warm_start,
+    provenance,
+    run_arm,
+    run_path,
+    warm_start_dir,
+)
 
 
 def regime_protocols(study: Study, options) -> dict[str, dict]:
@@ -50,30 +58,49 @@ def regime_protocols(study: Study, options) -> dict[str, dict]:
 
 
 def jobs(study: Study, protocols: dict, arms: list[str], output_dir: str, scratch_dir: str, pilot: bool) -> list:
-    """Warm starts first (one per regime and warm-start seed), then every run, unit by unit (an interrupted study
-    leaves whole units), regimes and arms in declaration order, arms with a larger budget first within a unit."""
-    warm, runs = [], []
-    for regime, protocol in protocols.items():
-        legacy = "warm_start_seeds" not in protocol
-        common = {"output_dir": os.path.join(output_dir, regime), "scratch_dir": os.path.join(scratch_dir, regime)}
-        common.update(protocol=protocol, legacy=legacy, pilot=pilot)
-        warm += [{**common, "warm_seed": w} for w in dict.fromkeys(w for w, _ in units(protocol))]
-        for position, (warm_seed, seed) in enumerate(units(protocol)):
-            ordered = sorted(arms, key=lambda arm: -study.arms[arm].get("budget_multiplier", 1))
+    """Every warm start and run, unit by unit (a study stopped by its time limit leaves whole units), regimes and
+    arms in declaration order (larger budgets first). A warm start comes just before the first run that needs it,
+    and a run waits for its warm start, so no worker computes warm starts that units far down the list need."""
+    ordered = sorted(arms, key=lambda arm: -study.arms[arm].get("budget_multiplier", 1))
+    regime_units = {regime: units(protocol) for regime, protocol in protocols.items()}
+    schedule, prepared = [], set()
+    for position in range(max(len(unit_list) for unit_list in regime_units.values())):
+        warm, runs = [], []
+        for regime, protocol in protocols.items():
+            if position >= len(regime_units[regime]):
+                continue
+            warm_seed, seed = regime_units[regime][position]
+            common = {"output_dir": os.path.join(output_dir, regime), "scratch_dir": os.path.join(scratch_dir, regime)}
+            common.update(
+                protocol=protocol, legacy="warm_start_seeds" not in protocol, pilot=pilot, warm_seed=warm_seed
+            )
+            if (regime, warm_seed) not in prepared:
+                prepared.add((regime, warm_seed))
+                warm.append({**common, "kind": "warm_start"})
             for arm in ordered:
-                job = {**common, "arms": study.arms, "arm": arm, "warm_seed": warm_seed, "seed": seed}
-                runs.append((position, job | {"record": study.record}))
-    return warm, [job for _, job in sorted(runs, key=lambda item: item[0])]
+                runs.append({**common, "kind": "run", "arms": study.arms, "arm": arm, "seed": seed})
+                runs[-1]["record"] = study.record
+        schedule += warm + runs  # the unit's warm starts first: one worker prepares them while another runs
+    return schedule
 
 
-def _warm_worker(job: dict) -> str:
+def _worker(job: dict) -> str:
     import torch
 
     torch.set_num_threads(1)
+    if job["kind"] == "warm_start":
+        return _warm_start(job)
+    record = os.path.join(warm_start_dir(job["scratch_dir"], job["warm_seed"], job["legacy"]), "before_rl.json")
+    while not os.path.exists(record):  # its warm start is being prepared by another worker
+        time.sleep(5)
+    return _run(job)
+
+
+def _warm_start(job: dict) -> str:
     start = time.perf_counter()
     prepare_warm_start(job["protocol"], job["scratch_dir"], job["warm_seed"], job["legacy"], pilot=job["pilot"])
     if not job["legacy"]:  # the before-RL record also next to the runs (the committed raw results)
-        source = os.path.join(job["scratch_dir"], "warm_start", str(job["warm_seed"]), "before_rl.json")
+        source = os.path.join(warm_start_dir(job["scratch_dir"], job["warm_seed"], False), "before_rl.json")
         target = os.path.join(job["output_dir"], "warm_start", f"warm{job['warm_seed']}.json")
         if os.path.abspath(source) != os.path.abspath(target):
             os.makedirs(os.path.dirname(target), exist_ok=True)
@@ -82,10 +109,7 @@ def _warm_worker(job: dict) -> str:
     return f"warm start {job['warm_seed']} of {job['output_dir']} ({time.perf_counter() - start:.0f} s)"
 
 
-def _run_worker(job: dict) -> str:
-    import torch
-
-    torch.set_num_threads(1)
+def _run(job: dict) -> str:
     path = (pilot_path if job["pilot"] else run_path)(
         job["output_dir"], job["arm"], job["seed"], job["warm_seed"], job["legacy"]
     )
@@ -106,8 +130,8 @@ def _map(function, items: list, workers: int, start: float) -> None:
         # Not multiprocessing.Pool: its daemonic workers cannot start the reward's grading processes.
         context = multiprocessing.get_context("spawn")
         with ProcessPoolExecutor(workers, mp_context=context, max_tasks_per_child=1) as pool:
-            for line in pool.map(function, items):
-                print(f"[study] {line}; {time.perf_counter() - start:.0f} s", flush=True)
+            for future in as_completed([pool.submit(function, item) for item in items]):
+                print(f"[study] {future.result()}; {time.perf_counter() - start:.0f} s", flush=True)
     else:
         for item in items:
             print(f"[study] {function(item)}; {time.perf_counter() - start:.0f} s", flush=True)
@@ -154,9 +178,7 @@ def main(argv: list[str] | None = None) -> None:
                 record["protocol"] = protocols[""]
             with open(os.path.join(output_dir, "protocol.json"), "w") as handle:
                 json.dump(record, handle, indent=2)
-        warm, runs = jobs(study, protocols, arms, output_dir, scratch_dir, options.pilot)
-        _map(_warm_worker, warm, options.workers, start)
-        _map(_run_worker, runs, options.workers, start)
+        _map(_worker, jobs(study, protocols, arms, output_dir, scratch_dir, options.pilot), options.workers, start)
         seconds = time.perf_counter() - start
         print(f"[study] all runs done in {seconds:.0f} s", flush=True)
         if not options.pilot:
