@@ -1,12 +1,18 @@
-"""The README's examples run as written: every ```python block executes, the set-up commands match CI.
+"""The README's examples run as written: every ```python block executes, the set-up commands match CI, and every
+```bash command that needs no network or GPU runs.
 
 Blocks fenced as ```python hub need the Hugging Face Hub (downloads) and are skipped; every other ```python block
-runs in order, in a temporary working directory, offline.
+runs in order, in a temporary working directory, offline. Shell commands run in a temporary directory laid out like
+the repository; the demo's training commands get flags appended that shrink the task (the same flags otherwise), so
+that each takes seconds.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import re
+import shlex
 from pathlib import Path
 
 import pytest
@@ -36,3 +42,107 @@ def test_the_two_set_up_commands_are_the_ones_ci_runs():
     assert tests == "python -m pytest"
     ci = (ROOT / ".ci" / "run").read_text()
     assert "pip install -q torch==2.13.0" in ci and 'pip install -q -e ".[dev]"' in ci and "python -m pytest" in ci
+
+
+def shell_commands(readme: str = README) -> list[str]:
+    """Every command of the README's ```bash blocks: continuation lines joined, comments and blank lines left out."""
+    commands = []
+    for info, code in BLOCKS:
+        if info == "bash":
+            for line in code.replace("\\\n", " ").splitlines():
+                command = re.sub(r"\s+", " ", re.split(r"(?:^|\s)#", line, maxsplit=1)[0]).strip()
+                if command:
+                    commands.append(command)
+    return commands
+
+
+def what_it_needs(command: str) -> str | None:
+    """What a README command needs that a test run lacks (network, GPUs, a GPU run's output), or None."""
+    if command.startswith("pip install"):
+        return "the package registry"
+    if command == "python -m pytest":
+        return "the test suite itself"
+    if "accelerate launch" in command or "vllm serve" in command:
+        return "GPUs"
+    if "Qwen/" in command or "<model>" in command:
+        return "the Hugging Face Hub"
+    if "outputs/qwen2.5" in command:
+        return "the output of a GPU run"
+    return None
+
+
+SHELL = shell_commands()
+OFFLINE = [command for command in SHELL if what_it_needs(command) is None]
+# Appended to the README's demo runs: the same flags on a smaller task, so that each takes seconds (later flags win).
+SMALL_DEMO = (
+    "--demo_warm_start_steps 5 --demo_num_heldout 20 --demo_num_train_prompts 8 --per_device_train_batch_size 8 "
+    "--demo_num_layers 1 --demo_hidden_size 16 --disable_tqdm true"
+).split()
+
+
+def test_every_shell_command_runs_here_or_says_what_it_needs():
+    assert "python examples/train_qwen.py --help" in OFFLINE
+    assert any("--resume_from_checkpoint" in command for command in OFFLINE)
+    assert all(what_it_needs(command) for command in SHELL if command not in OFFLINE)
+    assert 'pip install -e ".[vllm,deepspeed]"' in SHELL  # before the ZeRO-3 launches that need it
+    zero3 = next(i for i, command in enumerate(SHELL) if "zero3_8gpu.yaml" in command)
+    assert SHELL.index('pip install -e ".[vllm,deepspeed]"') < zero3
+
+
+def run(command: str):
+    """Run a README command in this process: the script's `main` with the command's arguments (the same code as
+    `python <script>` but for its `__main__` lines, and without a new interpreter's start-up time)."""
+    from coba_trl import plot
+    from tests.test_evaluate import load_script as evaluate_script
+    from tests.test_examples import load_script as train_script
+
+    argv = shlex.split(command)
+    if argv[1] == "examples/train_qwen.py":
+        main, args = train_script().main, argv[2:] + ([] if "--help" in argv else SMALL_DEMO)
+    elif argv[1] == "examples/evaluate.py":
+        main, args = evaluate_script().main, argv[2:] + ["--max_problems", "4", "--dtype", "float32"]
+    elif argv[1:3] == ["-m", "coba_trl.plot"]:
+        main, args = plot.main, argv[3:]
+    else:
+        raise AssertionError(f"the README shell test has no runner for {command!r}")
+    try:
+        main(args)
+    except SystemExit as exit:  # --help
+        assert exit.code == 0, command
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory):
+    """A working directory laid out like the repository (examples/, recipes/) holding a finished short demo run in
+    outputs/cpu_demo, for the commands that read one."""
+    directory = tmp_path_factory.mktemp("readme")
+    for name in ("examples", "recipes"):
+        (directory / name).symlink_to(ROOT / name)
+    previous = os.getcwd()
+    os.chdir(directory)
+    try:
+        run("python examples/train_qwen.py --output_dir outputs/cpu_demo --max_steps 2")
+    finally:
+        os.chdir(previous)
+    return directory
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command", OFFLINE)
+def test_readme_shell_command_runs(command, workdir, monkeypatch, capsys):
+    monkeypatch.chdir(workdir)
+    run(command)
+    out = capsys.readouterr().out
+    if "--help" in command:
+        assert out.startswith("usage: python examples/train_qwen.py")
+    if "--budget_allocator" in command:  # a flagged run writes to the folder the README names, not outputs/cpu_demo
+        allocator = shlex.split(command)[shlex.split(command).index("--budget_allocator") + 1]
+        assert f"output: outputs/cpu_demo-budget_allocator_{allocator}-max_steps_40" in out
+    if "--resume_from_checkpoint" in command:  # the resumed run ends where the uninterrupted one did
+        summaries = [
+            json.loads(Path(f"outputs/{name}/demo_summary.json").read_text())
+            for name in ("demo_saved", "demo_resumed")
+        ]
+        for summary in summaries:
+            del summary["rl_wall_time_s"], summary["wall_time_s"]
+        assert summaries[0] == summaries[1] and "[resume]" in out
