@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 
+import pytest
 import torch
 
 from coba_trl.demo.accuracy import extract_integer_answer, heldout_accuracy
+from coba_trl.demo.flags import LONGEST_FOLDER_NAME, SUMMARY_FILE, check_output_dir, flagged_output_dir
 from coba_trl.demo.run import generation_rounds
 from coba_trl.demo.task import DIFFICULTY_LEVELS, demo_problem_sets, make_problems, to_prompt_dataset
 from coba_trl.demo.warm_start import warm_start
@@ -74,3 +77,23 @@ def test_console_line_is_compact_and_skips_what_was_not_logged():
     assert format_log_line({"loss": 0.0}, 11, 100).startswith("[rl] step 11/100  (no new rollouts")
     assert format_log_line({"train_runtime": 61.04}, 100, 100) == "[rl] done: 100 steps in 61.0 s"
     assert format_log_line({"epoch": 1.0}, 3, 100) is None
+
+
+def test_a_flagged_run_gets_a_folder_named_after_its_flags():
+    assert flagged_output_dir({}) == "outputs/cpu_demo"
+    assert flagged_output_dir({"output_dir": "x", "resume_from_checkpoint": "y"}) == "outputs/cpu_demo"
+    changed = {"budget_allocator": "knapsack", "max_steps": 40, "reward_funcs": ["a", "my.pkg/f"]}
+    assert (
+        flagged_output_dir(changed)
+        == "outputs/cpu_demo-budget_allocator_knapsack-max_steps_40-reward_funcs_a_my.pkg_f"
+    )
+    long = flagged_output_dir({f"field_{i}": "value" * 5 for i in range(10)})
+    assert len(os.path.basename(long)) == LONGEST_FOLDER_NAME and long != flagged_output_dir({"field_0": "other"})
+
+
+def test_a_finished_run_is_kept_unless_overwriting_is_asked_for(tmp_path):
+    check_output_dir(str(tmp_path), overwrite=False)  # empty or unfinished: fine
+    (tmp_path / SUMMARY_FILE).write_text("{}")
+    with pytest.raises(ValueError, match="--output_dir NEW_DIR.*--overwrite_output_dir"):
+        check_output_dir(str(tmp_path), overwrite=False)
+    check_output_dir(str(tmp_path), overwrite=True)
