@@ -91,6 +91,7 @@ from coba_trl.evaluation import (  # noqa: E402
 )
 from coba_trl.pass_rates import describe, score_training_set, write_pass_rates  # noqa: E402
 from coba_trl.rewards import boxed_accuracy_reward, dapo_accuracy_reward  # noqa: E402
+from coba_trl.validation import check_flag_names  # noqa: E402
 
 REWARD_FUNCS = {"dapo_accuracy_reward": dapo_accuracy_reward, "boxed_accuracy_reward": boxed_accuracy_reward}
 ARITHMETIC = "arithmetic"  # the CPU demo's task, built locally
@@ -311,7 +312,9 @@ def main(argv: list[str] | None = None):
         description=__doc__,
         formatter_class=HelpFormatter,
     )
-    (args,) = parser.parse_args_and_config(args=sys.argv[1:] if argv is None else argv)
+    argv = sys.argv[1:] if argv is None else argv
+    check_flag_names(parser, argv)
+    (args,) = parser.parse_args_and_config(args=argv)
     args = fill_mode_defaults(args)
     generate, backend = build_generate(args)
     if args.train_dataset is not None:

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import difflib
 import functools
 import importlib
 import os
@@ -63,7 +62,7 @@ from coba_trl.demo.flags import check_max_steps, check_output_dir, flagged_outpu
 from coba_trl.demo.run import run_demo  # noqa: E402
 from coba_trl.demo.task import make_problems, to_prompt_dataset  # noqa: E402
 from coba_trl.rewards import boxed_accuracy_reward, dapo_accuracy_reward  # noqa: E402
-from coba_trl.validation import check_hub_access  # noqa: E402
+from coba_trl.validation import check_flag_names, check_hub_access  # noqa: E402
 
 ARITHMETIC = "arithmetic"
 REWARD_FUNCS = {"dapo_accuracy_reward": dapo_accuracy_reward, "boxed_accuracy_reward": boxed_accuracy_reward}
@@ -221,18 +220,6 @@ def given_fields(argv: list[str]) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def check_flags(parser: TrlParser, argv: list[str]) -> None:
-    """Exit with the closest valid names when a flag is misspelled (before any parsing or training)."""
-    known = {"--config"} | {option for action in parser._actions for option in action.option_strings}
-    spelled = sorted(option for option in known if "-" not in option[2:])  # --max_steps, not also --max-steps
-    for token in argv:
-        flag = token.split("=", 1)[0]
-        if flag.startswith("--") and flag not in known:
-            close = difflib.get_close_matches("--" + flag[2:].replace("-", "_"), spelled, n=3, cutoff=0.6)
-            hint = f"; did you mean {' or '.join(close)}?" if close else "; --help lists every option."
-            parser.error(f"unknown option {flag}{hint}")
-
-
 def _plain(value):
     """A parsed value in the form its default has (TrainingArguments turns some strings into enums)."""
     return getattr(value, "value", value)
@@ -256,7 +243,7 @@ def parse(argv: list[str]) -> tuple[ScriptArguments, CoBAConfig, ModelConfig, De
     (a `--config` file, then the flags, override them) and the demo's flag rules apply (`coba_trl.demo.flags`: its
     output folder, `--save_steps` alone saves checkpoints); with a model name, TRL's defaults are."""
     parser = make_parser()
-    check_flags(parser, argv)
+    check_flag_names(parser, argv)
     if requested_model(argv) is not None:
         return parser.parse_args_and_config(args=argv)
     given = given_fields(argv)

@@ -140,3 +140,9 @@ def test_the_demo_task_evaluates_offline(tmp_path):
     assert (result.benchmark, result.problems, result.completions) == ("arithmetic", 6, 12)
     scored = load_script().main([*argv, "--train_dataset", "arithmetic"])
     assert len(scored) == 6 and scored["solution"][0].isdigit()
+
+
+def test_a_misspelled_flag_names_the_closest_options(capsys):
+    with pytest.raises(SystemExit):
+        load_script().main(["--model_name_or_path", "m", "--benchmrks", "aime24"])
+    assert "unknown option --benchmrks; did you mean --benchmarks" in capsys.readouterr().err

@@ -115,8 +115,8 @@ def test_the_demo_refuses_to_replace_a_finished_run_or_run_no_steps(tmp_path):
 
 def test_a_misspelled_flag_names_the_closest_options(capsys):
     with pytest.raises(SystemExit):
-        load_script().main(["--max_step", "3"])
-    assert "unknown option --max_step; did you mean --max_steps" in capsys.readouterr().err
+        load_script().main(["--max_stpes", "3"])
+    assert "unknown option --max_stpes; did you mean --max_steps" in capsys.readouterr().err
 
 
 def test_push_to_hub_offline_fails_before_the_warm_start(monkeypatch, tmp_path):
