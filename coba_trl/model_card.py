@@ -26,12 +26,27 @@ import dataclasses
 import json
 import os
 import re
+import textwrap
 
 from huggingface_hub import ModelCard
 from trl import GRPOConfig
 
 import coba_trl
 from coba_trl.config import CoBAConfig
+
+# The paper TRL cites in the model card of a `CoBAGRPOTrainer` run (`_paper`).
+PAPER = {
+    "title": "CoBA-RL: Capability-Oriented Budget Allocation for Reinforcement Learning in LLMs",
+    "id": "2602.03048",
+    # docstyle-ignore
+    "citation": textwrap.dedent("""\
+            @article{yao2026cobarl,
+                title        = {{CoBA-RL: Capability-Oriented Budget Allocation for Reinforcement Learning in LLMs}},
+                author       = {Zhiyuan Yao and Yi-Kai Zhang and Yuxin Chen and Yueqing Sun and Zishan Xu and Yu Yang and Tianhao Hu and Qi Gu and Hui Su and Xunliang Cai},
+                year         = 2026,
+                eprint       = {arXiv:2602.03048},
+            }"""),
+}
 
 CARD_FILE = "README.md"
 PROJECT_LICENSE = "apache-2.0"

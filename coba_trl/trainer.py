@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import math
 import os
-import textwrap
 
 import numpy as np
 from accelerate.logging import get_logger
@@ -30,7 +29,7 @@ from coba_trl.compat import check_trl_compatibility
 from coba_trl.config import CoBAConfig
 from coba_trl.distributed import shared_call
 from coba_trl.grouping import deal_groups, expected_length_weight
-from coba_trl.model_card import complete_model_card
+from coba_trl.model_card import PAPER, complete_model_card
 from coba_trl.round import (
     Phase,
     RoundPlan,
@@ -95,18 +94,7 @@ class CoBAGRPOTrainer(GRPOTrainer):
 
     _tag_names = ["trl", "grpo", "coba-rl"]
     _name = "CoBA-GRPO"
-    _paper = {
-        "title": "CoBA-RL: Capability-Oriented Budget Allocation for Reinforcement Learning in LLMs",
-        "id": "2602.03048",
-        # docstyle-ignore
-        "citation": textwrap.dedent("""\
-            @article{yao2026cobarl,
-                title        = {{CoBA-RL: Capability-Oriented Budget Allocation for Reinforcement Learning in LLMs}},
-                author       = {Zhiyuan Yao and Yi-Kai Zhang and Yuxin Chen and Yueqing Sun and Zishan Xu and Yu Yang and Tianhao Hu and Qi Gu and Hui Su and Xunliang Cai},
-                year         = 2026,
-                eprint       = {arXiv:2602.03048},
-            }"""),
-    }
+    _paper = PAPER
 
     def __init__(self, model, reward_funcs=None, args: CoBAConfig | None = None, train_dataset=None, **kwargs):
         if args is None:
@@ -145,10 +133,7 @@ class CoBAGRPOTrainer(GRPOTrainer):
             shared_call(self._round_log.start, self.accelerator)
         output = super().train(resume_from_checkpoint, *args, **kwargs)
         if self.accelerator.num_processes > 1:
-            # The last collective of `train()` (transformers' `store_flos` all-gather) can finish on a gloo worker
-            # thread that still needs the GIL to release its tensors; a barrier, whose enqueue waits for that thread
-            # with the GIL released, leaves no such thread pending when a short script exits (docs/training.md).
-            self.accelerator.wait_for_everyone()
+            self.accelerator.wait_for_everyone()  # every process is done with the run's collectives (docs/training.md)
         return output
 
     def create_model_card(self, model_name=None, dataset_name=None, tags=None):

@@ -187,9 +187,12 @@ def main(out_dir: str, mode: str = "scripted", resume_from: str | None = None) -
             },
             f,
         )
-    # train() ended with a barrier, the last collective, so no gloo worker thread is left pending (docs/training.md,
-    # Teardown); the script owns the process group and destroys it. The tests' exit code checks the teardown.
+    # The script owns the process group: destroy it, then leave without interpreter finalization, which a gloo worker
+    # thread still releasing a collective's tensors can abort (a PyTorch bug; docs/training.md, Teardown).
     trainer.accelerator.end_training()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":
