@@ -38,7 +38,8 @@ SETTINGS = {"pinned": {SWITCH: "1"}, "unpinned": {SWITCH: "0"}}
 
 
 def run_demo(flags: list[str], setting: str, output_dir: str) -> dict:
-    """One demo run in a fresh process; its `demo_summary.json` plus torch's CPU capability in that process."""
+    """One demo run in a fresh process: its `demo_summary.json`, CPU time and torch's CPU capability as the demo sets
+    it (a second process that pins as the demo does)."""
     env = {name: value for name, value in os.environ.items() if name not in (*PINNED_VARIABLES, SWITCH)}
     env.update(HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false", **SETTINGS[setting])
     command = [sys.executable, os.path.join(ROOT, "examples", "train_qwen.py"), *flags, "--output_dir", output_dir]
@@ -50,14 +51,18 @@ def run_demo(flags: list[str], setting: str, output_dir: str) -> dict:
     with open(os.path.join(output_dir, "demo_summary.json")) as handle:
         summary = json.load(handle)
     summary["cpu_time_s"] = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
-    probe = "import torch; print(torch.backends.cpu.get_cpu_capability())"
+    probe = (
+        "from coba_trl.numerics import pin_cpu_numerics; pin_cpu_numerics(); import torch; "
+        "print(torch.backends.cpu.get_cpu_capability())"
+    )
     capability = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True)
     summary["torch_cpu_capability"] = capability.stdout.strip()
     return summary
 
 
 def ratio_line(name: str, ratios: list[float]) -> str:
-    return f"{name}: pinned / unpinned median {statistics.median(ratios):.3f} (range {min(ratios):.3f} to {max(ratios):.3f})"
+    spread = f"range {min(ratios):.3f} to {max(ratios):.3f}"
+    return f"{name}: pinned / unpinned median {statistics.median(ratios):.3f} ({spread})"
 
 
 def main() -> None:

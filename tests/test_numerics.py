@@ -26,8 +26,8 @@ CPU_VARIABLES = (
 )
 SHORT_DEMO = [  # the demo's model and task, a shorter warm start and the first two generation rounds
     "--max_steps", "4",
-    "--demo_warm_start_steps", "60",
-    "--demo_num_heldout", "50",
+    "--demo_warm_start_steps", "40",
+    "--demo_num_heldout", "40",
     "--demo_num_train_prompts", "64",
     "--per_device_train_batch_size", "32",
     "--demo_eval_steps", "2",
