@@ -99,6 +99,8 @@ def regime_lines(protocol: dict, recorded_arms: dict, output_dir: str) -> tuple[
     and unit; each arm's F_t while allocating (mean over units)."""
     runs, started = load_units(output_dir, recorded_arms)
     declared = len(protocol["warm_start_seeds"]) * len(protocol["seeds"])
+    if not next(iter(runs.values())):
+        return [f"No unit complete in every arm ({started} of the {declared} declared units started)."], runs, {}
     epoch_rounds = protocol["num_train_prompts"] // protocol["prompts_per_round"]
     warm = []
     for seed in protocol["warm_start_seeds"]:
