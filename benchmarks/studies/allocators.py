@@ -2,7 +2,7 @@
 
 Every arm starts from the same warm-started checkpoint, sees the same prompts in the same order for a given seed and
 spends the same rollouts per generation round (except `grpo_2x`, GRPO with twice the rollouts per round for the same
-number of rounds: the paper's data-efficiency comparison, algorithm.md section 8). The protocol's numbers are fixed
+number of rounds: the paper's data-efficiency comparison, docs/algorithm.md "Published results"). The protocol's numbers are fixed
 here, independent of the demo's defaults (`coba_trl.demo.config`). Superseded by study 4 (docs/results.md).
 """
 
