@@ -226,6 +226,26 @@ def test_a_resumed_demo_ends_where_the_uninterrupted_one_does(tmp_path):
     assert [record.get("reward") for record in histories[0]] == [record.get("reward") for record in histories[1]]
 
 
+def test_a_recipe_that_overflows_the_context_fails_before_training(tmp_path):
+    from coba_trl.tiny import build_byte_tokenizer, build_tiny_qwen2
+
+    tokenizer = build_byte_tokenizer()
+    build_tiny_qwen2(tokenizer, hidden_size=16, max_position_embeddings=64).save_pretrained(tmp_path / "model")
+    tokenizer.save_pretrained(tmp_path / "model")
+    argv = [
+        "--model_name_or_path",
+        str(tmp_path / "model"),
+        "--dataset_name",
+        str(ROOT / "tests" / "fixtures" / "dapo_verl.jsonl"),
+    ]
+    argv += ["--max_completion_length", "64", "--num_generations", "4", "--per_device_train_batch_size", "8"]
+    argv += ["--dtype", "float32", "--use_cpu", "true", "--bf16", "false", "--activation_checkpointing", "false"]
+    argv += ["--report_to", "none", "--output_dir", str(tmp_path / "out")]
+    with pytest.raises(ValueError, match=r"plus max_completion_length \(64\).*max_position_embeddings \(64\)"):
+        load_script().main(argv)
+    assert not (tmp_path / "out" / "trainer_state.json").exists()
+
+
 @pytest.mark.slow
 def test_lora_training_on_a_local_dapo_file_saves_an_adapter_and_a_model_card(tmp_path):
     from coba_trl.tiny import build_byte_tokenizer, build_tiny_qwen2
