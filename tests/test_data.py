@@ -224,7 +224,8 @@ def test_without_network_a_hub_id_fails_before_any_download(monkeypatch):
         raise AssertionError("load_dataset was called without network")
 
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
-    monkeypatch.delenv("HF_DATASETS_OFFLINE", raising=False)
+    for name in ("HF_DATASETS_OFFLINE", *sources.PROXY_VARIABLES):
+        monkeypatch.delenv(name, raising=False)
     monkeypatch.setattr(sources.socket, "getaddrinfo", unresolvable)
     monkeypatch.setattr(sources.datasets, "load_dataset", no_download)
     with pytest.raises(ValueError, match=r"'BytedTsinghua-SIA/DAPO-Math-17k'.*no network.*HF_HUB_OFFLINE=1"):

@@ -15,6 +15,7 @@ import datasets
 from huggingface_hub import constants
 
 LOCAL_SUFFIXES = {".parquet": "parquet", ".jsonl": "json", ".json": "json"}
+PROXY_VARIABLES = ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")
 
 
 def is_local(path_or_id: str) -> bool:
@@ -43,9 +44,12 @@ def _local_files(path: Path) -> tuple[str, list[str]]:
 
 
 def hub_unreachable() -> str | None:
-    """Why the Hub evidently cannot be reached (offline mode, or its host name does not resolve); None otherwise."""
+    """Why the Hub evidently cannot be reached (offline mode, or its host name does not resolve and no proxy is set);
+    None otherwise."""
     if constants.HF_HUB_OFFLINE or os.environ.get("HF_DATASETS_OFFLINE", "0").upper() in ("1", "ON", "YES", "TRUE"):
         return "offline mode is on (HF_HUB_OFFLINE or HF_DATASETS_OFFLINE)"
+    if any(os.environ.get(name) for name in PROXY_VARIABLES):  # the proxy resolves the host, not this machine
+        return None
     host = urlparse(constants.ENDPOINT).hostname
     try:
         socket.getaddrinfo(host, 443)
