@@ -295,6 +295,21 @@ def main(argv: list[str] | None = None) -> None:
             flush=True,
         )
     run_demo(training_args, demo_args, load_reward_funcs(script_args.reward_funcs))
+    leave_multiprocess_cpu_run()
+
+
+def leave_multiprocess_cpu_run() -> None:
+    """On a multi-process CPU (gloo) demo, destroy the process group and exit without interpreter finalization, which a
+    gloo worker thread still releasing a collective can abort after the results are written (a PyTorch bug; see
+    docs/training.md, "Teardown"). Single-process runs return normally."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized() and dist.get_backend() == "gloo"):
+        return
+    dist.destroy_process_group()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":
