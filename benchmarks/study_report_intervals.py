@@ -178,7 +178,7 @@ def comparison_lines(runs: dict, comparisons, margin: float) -> tuple[list[str],
             results.append((arm, baseline, metric, mean, low, high, word))
             per_unit = ", ".join(f"{d:+.3f}" for d in differences)
             lines.append(
-                f"| `{arm}` - `{baseline}` | {label} | {per_unit} | {mean:+.3f} | [{low:+.3f}, {high:+.3f}] | "
+                f"| `{arm}` - `{baseline}` | {label} | {per_unit} | {mean:+.3f} | [{low:+.4f}, {high:+.4f}] | "
                 f"**{word}** |"
             )
     return lines, results
@@ -211,9 +211,10 @@ def plot_intervals(results: dict, path: str) -> None:
         axis.axvline(0.0, color="black", linewidth=0.8)
         for edge in (-0.02, 0.02):
             axis.axvline(edge, color=COLORS["grpo"], linestyle=":", linewidth=0.8)
-        axis.set(xlabel=f"difference in {label}", title=f"{label}: mean and 95% t-interval over units")
+        axis.set(xlabel=f"difference in {label}", title=label)
         axis.grid(alpha=0.3, axis="x")
         axis.legend(fontsize=8)
+    figure.suptitle("Paired differences: mean and 95% t-interval over units (dotted: +-0.02)", fontsize=10)
     save_figure(figure, path)
 
 
