@@ -34,6 +34,15 @@ def segment_nanstd(values: torch.Tensor, group_ids: torch.Tensor, num_groups: in
     return torch.sqrt(torch.where(counts > 1, variance, torch.full_like(variance, float("nan"))))
 
 
+def weighted_rewards(rewards_per_func: torch.Tensor, reward_weights: torch.Tensor) -> torch.Tensor:
+    """Each row's reward (N,): the reward functions' values (N, num_funcs) weighted and summed ignoring NaN, as TRL
+    does; NaN for a row every reward function left unscored, so nan-aware means and stds leave it out."""
+    weights = reward_weights.to(rewards_per_func.device).unsqueeze(0)
+    rewards = (rewards_per_func * weights).nansum(dim=1)
+    rewards[torch.isnan(rewards_per_func).all(dim=1)] = torch.nan
+    return rewards
+
+
 def _batch_std(rewards: torch.Tensor) -> torch.Tensor:
     return nanstd(rewards) if rewards.numel() > 1 else torch.zeros((), device=rewards.device)
 
@@ -50,8 +59,7 @@ def group_advantages(
     weights = reward_weights.to(rewards_per_func.device).unsqueeze(0)
     unscorable = torch.isnan(rewards_per_func).all(dim=1)
     if multi_objective_aggregation == "sum_then_normalize":
-        rewards = (rewards_per_func * weights).nansum(dim=1)
-        rewards[unscorable] = torch.nan
+        rewards = weighted_rewards(rewards_per_func, reward_weights)
         advantages = rewards - segment_nanmean(rewards, group_ids, num_groups)[group_ids]
         if scale_rewards == "group":
             advantages = advantages / (segment_nanstd(rewards, group_ids, num_groups)[group_ids] + EPS)
@@ -83,8 +91,7 @@ def zero_spread_groups(
     rewards_per_func: torch.Tensor, group_ids: torch.Tensor, num_groups: int, reward_weights: torch.Tensor
 ) -> torch.Tensor:
     """Per group: True when its weighted reward has zero spread (a group of one counts as zero spread)."""
-    rewards = (rewards_per_func * reward_weights.to(rewards_per_func.device).unsqueeze(0)).nansum(dim=1)
-    rewards[torch.isnan(rewards_per_func).all(dim=1)] = torch.nan
+    rewards = weighted_rewards(rewards_per_func, reward_weights)
     sizes = torch.bincount(group_ids, minlength=num_groups)
     std = torch.where(sizes > 1, segment_nanstd(rewards, group_ids, num_groups), 0.0)
     return torch.isclose(std, torch.zeros_like(std))

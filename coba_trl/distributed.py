@@ -36,9 +36,9 @@ def shared_call(fn: Callable[[], Any], accelerator, run_here: bool | None = None
     outcomes = gather_object([outcome])
     if error is not None:
         raise error
-    failures = [(rank, value) for rank, (ok, value) in enumerate(outcomes) if not ok]
+    failures = [value for ok, value in outcomes if not ok]
     if failures:
-        raise failures[0][1]
+        raise failures[0]
     return outcomes[0][1]
 
 

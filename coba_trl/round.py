@@ -153,11 +153,6 @@ class Phase:
     group_ids: np.ndarray  # group of each gathered row, in the order TRL gathers rows (process 0's rows first)
     local_rows: int  # rows each process holds
 
-    @property
-    def scores(self) -> tuple[torch.Tensor, np.ndarray]:
-        """The gathered rewards and the group of each row."""
-        return self.rewards, self.group_ids
-
 
 def check_phase_rewards(rewards: torch.Tensor | None, rows: int, num_funcs: int) -> None:
     """The rewards TRL gathered for a phase must cover its `rows` completions, one column per reward function."""
@@ -236,7 +231,8 @@ def score_round(
     """Advantages over each whole group (all phases, TRL's formulas), `group_weighting`, zero-spread groups and, with
     `zero_variance_groups="drop"`, their rows out of the loss (`gather_sum` sums a count over processes)."""
     rewards = torch.cat([phase.rewards for phase in phases])
-    group_ids = torch.as_tensor(np.concatenate([phase.group_ids for phase in phases]), device=rewards.device)
+    row_groups = np.concatenate([phase.group_ids for phase in phases])
+    group_ids = torch.as_tensor(row_groups, device=rewards.device)
     num_groups = len(plan.group_sizes)
     advantages = group_advantages(
         rewards,
@@ -266,9 +262,7 @@ def score_round(
     if settings.zero_variance_groups == "drop":
         dropped_groups = int(zero_spread.sum().item())
         dropped_tokens = float(drop_rows(batch, zero_spread[group_ids[local]], gather_sum))
-    successes = group_successes(
-        rewards, group_ids.cpu().numpy(), num_groups, settings.success_index, settings.success_threshold
-    )
+    successes = group_successes(rewards, row_groups, num_groups, settings.success_index, settings.success_threshold)
     return ScoredRound(
         rewards, group_ids, advantages, zero_spread, successes, batch, weights, dropped_groups, dropped_tokens
     )

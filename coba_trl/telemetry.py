@@ -42,11 +42,10 @@ def round_metrics(plan, scored, reward_weights, reward_func_names: list[str], nu
     import torch
     from trl.trainer.utils import nanstd
 
-    from coba_trl.advantages import segment_nanmean
+    from coba_trl.advantages import segment_nanmean, weighted_rewards
 
     rewards, group_ids, num_groups = scored.rewards, scored.group_ids, len(plan.group_sizes)
-    weighted = (rewards * reward_weights.to(rewards.device).unsqueeze(0)).nansum(dim=1)
-    weighted[torch.isnan(rewards).all(dim=1)] = torch.nan
+    weighted = weighted_rewards(rewards, reward_weights)
     replaced = {"frac_reward_zero_std": scored.zero_spread.float().mean().item()}
     if num_phases > 1:
         replaced.update(reward=torch.nanmean(weighted).item(), reward_std=nanstd(weighted).item())

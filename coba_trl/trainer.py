@@ -186,7 +186,10 @@ class CoBAGRPOTrainer(GRPOTrainer):
         phases, screening = [], None
         if self.args.two_phase_rounds:  # phase 1: min_generations completions for every prompt
             phases.append(self._generate_phase(prompts, np.full(len(prompts), self.args.min_generations), None))
-            wins = group_successes(*phases[0].scores, len(prompts), self._success_index, self.args.success_threshold)
+            screen = phases[0]
+            wins = group_successes(
+                screen.rewards, screen.group_ids, len(prompts), self._success_index, self.args.success_threshold
+            )
             screening = Screening(self.args.min_generations, wins)
         plan = self._plan_round(prompts, prompt_ids, screening)
         if plan.remaining.sum() > 0:
