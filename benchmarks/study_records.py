@@ -48,21 +48,31 @@ ROUND_KEYS = {  # compact record key: TRL / trainer log key of the round's first
     "zero_std": "frac_reward_zero_std",
     "completion_length": "completions/mean_length",
 }
+OPTION_KEYS = {  # kept only in the arms whose options log them (rescue, drop)
+    "rescued_groups": "coba/rescued_groups",
+    "rescued_rows": "coba/rescued_rows",
+    "rescued_with_spread": "coba/rescued_with_spread",
+    "dropped_groups": "coba/dropped_groups",
+    "dropped_tokens": "coba/dropped_tokens",
+}
 
 
-def compact_rounds(log_history: list[dict], rounds: list) -> list[dict]:
+def compact_rounds(log_history: list[dict], rounds: list, generation_times: list) -> list[dict]:
     """One small record per generation round: F_t, alpha_t, beta_t, reward, zero-variance share, mean completion
-    length, and the group sizes' summary: min / mean / max / sd, and p per rollout against p per prompt (the
-    rollout-weighted and the plain mean of the pass rates the allocator saw; the first below the second: the
-    budget went to harder prompts). NaN-free: a missing or unseen value is None.
+    length, the rescue's and the drop's counts where the arm logs them, the seconds of each generation phase, and
+    the group sizes' summary: min / mean / max / sd, and p per rollout against p per prompt (the rollout-weighted
+    and the plain mean of the pass rates the allocator saw; the first below the second: the budget went to harder
+    prompts). NaN-free: a missing or unseen value is None.
     """
     logs = [record for record in log_history if "budget/mean" in record]
     records = []
-    for log, (step, _, sizes, rates, _) in zip(logs, rounds, strict=True):
+    for log, (step, _, sizes, rates, _), (_, seconds) in zip(logs, rounds, generation_times, strict=True):
         sizes = np.array(sizes, dtype=float)
         seen = np.array([rate is not None for rate in rates])
         known = np.array([rate for rate in rates if rate is not None], dtype=float)
         record = {"step": step, **{key: _rounded(log.get(source)) for key, source in ROUND_KEYS.items()}}
+        record.update({key: _rounded(log[source]) for key, source in OPTION_KEYS.items() if source in log})
+        record["generation_s"] = seconds  # phase 1 (with two phases: the screening), phase 2
         record["sizes"] = [
             int(sizes.min()),
             round(float(sizes.mean()), 3),

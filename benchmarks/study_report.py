@@ -5,7 +5,7 @@
 Reads `<output_dir>/protocol.json` and the run records, and rewrites only the part of docs/results.md between the
 study's `<!-- marker:begin -->` / `<!-- marker:end -->` lines (the protocol and the conclusions around it are
 written by hand) and its PNGs (`docs/<plot_prefix>_*.png`). The declaration's `analysis` picks the sections:
-`"seeds"` (studies 1 to 3, below) or `"intervals"` (`study_report_intervals.py`). Same raw files, same bytes.
+`"seeds"` (studies 1 and 2, below) or `"intervals"` (`study_report_intervals.py`). Same raw files, same bytes.
 """
 
 from __future__ import annotations
@@ -28,7 +28,6 @@ from study_report_tables import (
     rollout_share_rows,
     summary_rows,
 )
-from study_report_timing import extra_lines
 
 
 def load_runs(output_dir: str, arm_order) -> dict[str, list[dict]]:
@@ -77,7 +76,7 @@ def write_report(study: Study, output_dir: str, docs_dir: str = "docs") -> list[
 
 
 def seed_sections(study: Study, recorded: dict, output_dir: str, docs_dir: str) -> tuple[list[str], list[str]]:
-    """Studies 1 to 3: one warm start, RL seeds as units, the sign rule; tables and plots under `docs_dir`."""
+    """Studies 1 and 2: one warm start, RL seeds as units, the sign rule; tables and plots under `docs_dir`."""
     protocol = recorded["protocol"]
     with open(os.path.join(output_dir, "warm_start", "before_rl.json")) as handle:
         before = json.load(handle)
@@ -147,8 +146,4 @@ def seed_sections(study: Study, recorded: dict, output_dir: str, docs_dir: str) 
         "",
         f"![zero-variance groups]({prefix}_zero_std.png)",
     ]
-    if study.report_extras:
-        lines += ["", *extra_lines(study.report_extras, runs, protocol, prefix, docs_dir, written)]
-        if lines[-1] == "":
-            lines.pop()
     return lines, written

@@ -18,6 +18,7 @@ import os
 
 import numpy as np
 from study_report_plots import COLORS, plt, save_figure
+from study_report_timing import extra_lines
 
 METRICS = {"final_accuracy": "final held-out greedy accuracy", "heldout_sampled_accuracy": "held-out avg@16"}
 
@@ -254,6 +255,9 @@ def interval_sections(study, recorded: dict, output_dir: str, docs_dir: str) -> 
             "",
             *unit_lines(runs),
         ]
+        if study.report_extras and next(iter(runs.values()), None):
+            lines += ["", *extra_lines(study.report_extras, runs, protocol, f"Regime `{regime}`: ")]
+            lines.pop()
     path = os.path.join(docs_dir, f"{study.plot_prefix}_intervals.png")
     plot_intervals(all_results, path)
     lines += ["", f"![paired differences with 95% t-intervals]({study.plot_prefix}_intervals.png)"]

@@ -1,4 +1,4 @@
-"""The tables of a study's report under the `"seeds"` analysis (studies 1 to 3): summary, pre-registered sign rule,
+"""The tables of a study's report under the `"seeds"` analysis (studies 1 and 2): summary, pre-registered sign rule,
 paired differences, conversion of the training prompts, and where the budget went by difficulty and pass rate."""
 
 from __future__ import annotations

@@ -54,7 +54,7 @@ def provenance() -> dict:
 
 
 def warm_start_dir(output_dir: str, warm_seed: int, legacy: bool) -> str:
-    """Checkpoint and before-RL record of one warm start (studies 1 to 3: the single `warm_start/`)."""
+    """Checkpoint and before-RL record of one warm start (studies 1 and 2: the single `warm_start/`)."""
     return os.path.join(output_dir, "warm_start") if legacy else os.path.join(output_dir, "warm_start", str(warm_seed))
 
 
@@ -230,7 +230,7 @@ def run_arm(job: dict) -> dict:
     """One RL run from its unit's warm-start checkpoint; writes and returns its raw result.
 
     `job`: protocol, arms, arm, warm_seed, seed, output_dir (records), scratch_dir (checkpoints, trainer folder),
-    legacy (studies 1 to 3's file names), record ("full" or "compact") and pilot.
+    legacy (studies 1 and 2's file names), record ("full" or "compact") and pilot.
     """
     import torch
     from study_arms import study_allocator
@@ -298,7 +298,7 @@ def run_arm(job: dict) -> dict:
             tokens=int(trainer.state.num_input_tokens_seen),  # prompt + completion tokens of every rollout
             train_time_s=clock.steps[-1][1],  # seconds in train() without the held-out evaluations
             heldout_sampled_accuracy=sum(heldout_sampled) / len(heldout_sampled),
-            rounds=compact_rounds(history, trainer.rounds),
+            rounds=compact_rounds(history, trainer.rounds, trainer.generation_times),
             settings={key: value for key, value in args.to_dict().items() if not key.endswith(("_dir", "_token"))},
             provenance=provenance(),
         )

@@ -174,7 +174,7 @@ def main(argv: list[str] | None = None) -> None:
         if not options.pilot:
             os.makedirs(output_dir, exist_ok=True)
             record = {"protocol": protocols, "arms": study.arms, "machine": machine_record(), **provenance()}
-            if list(protocols) == [""]:  # studies 1 to 3: one regime, the protocol itself
+            if list(protocols) == [""]:  # studies 1 and 2: one regime, the protocol itself
                 record["protocol"] = protocols[""]
             with open(os.path.join(output_dir, "protocol.json"), "w") as handle:
                 json.dump(record, handle, indent=2)

@@ -113,7 +113,7 @@ def test_interval_verdicts_follow_the_pre_registered_words():
     assert intervals.verdict(0.001, 0.015, 0.02) == "ahead"  # excluding 0 is checked first
 
 
-def test_studies_1_to_3_keep_their_sign_rule():
+def test_studies_1_and_2_keep_their_sign_rule():
     tables = load_benchmark("study_report_tables")
     verdict, shown_epochs = tables.verdict, tables.shown_epochs
     assert verdict(np.array([0.02, 0.01, 0.03, -0.01, 0.02])) == "beats"

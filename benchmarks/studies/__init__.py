@@ -20,9 +20,9 @@ class Study:
     """One pre-registered comparison.
 
     Units: each pair (warm-start seed, RL seed). A protocol with `warm_start_seeds` crosses them with `seeds`; one
-    without uses its single `warm_start_seed` (studies 1 to 3, whose raw files keep their `<arm>_seed<k>.json` names).
+    without uses its single `warm_start_seed` (studies 1 and 2, whose raw files keep their `<arm>_seed<k>.json` names).
     `regimes` name protocol overrides run side by side (each its own warm starts and subfolder); `{"": {}}` is one.
-    `analysis` picks the report's comparison rule: `"seeds"` (studies 1 to 3: sign of the per-seed differences) or
+    `analysis` picks the report's comparison rule: `"seeds"` (studies 1 and 2: sign of the per-seed differences) or
     `"intervals"` (95% t-intervals over units, verdicts ahead / behind / equivalent / not detected).
     """
 
@@ -37,7 +37,7 @@ class Study:
     comparisons: tuple[tuple[str, str], ...]  # (arm, baseline) pairs the analysis reports, in order
     analysis: str = "seeds"
     regimes: dict[str, dict] = field(default_factory=lambda: {"": {}})
-    report_extras: tuple[str, ...] = ()  # "wall_time", "phases" (study 3)
+    report_extras: tuple[str, ...] = ()  # "wall_time", "phases" (study 3; `"intervals"` studies)
     record: str = "full"  # "compact": evaluations and per-round summaries only (small JSON meant to be committed)
     scratch_dir: str | None = None  # warm-start checkpoints and trainer folders, when not under `output_dir`
 

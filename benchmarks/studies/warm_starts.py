@@ -37,7 +37,7 @@ PROTOCOL: dict = {
     "trainer": {"activation_checkpointing": False, "ddp_find_unused_parameters": False, "prompt_id_column": None},
     # Measurements: held-out greedy accuracy (curve and final) and avg@16 at temperature 1.0 after RL.
     "conversion_samples": 16,
-    "conversion": False,  # no training-prompt conversion sampling (studies 1 to 3 only)
+    "conversion": False,  # no training-prompt conversion sampling (studies 1 and 2 only)
     # Units and analysis.
     "warm_start_seeds": [0, 1, 2],
     "seeds": [0, 1],
