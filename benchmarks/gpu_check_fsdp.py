@@ -42,8 +42,8 @@ EXCEPTION_LINE = re.compile(r"^(?:\[rank\d+\]:\s*)?((?:[\w.]+\.)?\w*(?:Error|Exc
 
 def launch(command: list[str], log_path: str, timeout: float, env: dict) -> int | None:
     """Run `command`, its output appended to `log_path` as it comes; after `timeout` seconds end it and every process
-    it started, in whatever process session (torchrun starts each worker in a process session of its own): SIGTERM,
-    SIGKILL 10 s later. The exit status, None when it timed out."""
+    it started, the workers torchrun detaches with setsid included: SIGTERM, SIGKILL 10 s later. The exit status, None
+    when it timed out."""
     with open(log_path, "a") as log:
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         try:

@@ -40,9 +40,8 @@ def wall_time_rows(runs: dict, protocol: dict, reference: str = "coba") -> list[
             f"{_median_range([r['train_time_s'] / rounds_per_run for r in values], 2)} | "
             f"{seconds[:, 0].mean():.2f} + {seconds[:, 1].mean():.2f} | "
             f"{_median_range([r['cpu_time_s'] for r in values])} | {', '.join(f'{v:.2f}' for v in own)} | "
-            f"{np.median(own):.2f} | {np.median(to_grpo):.2f} |"
-            if own and to_grpo
-            else f"| `{arm}` | {_median_range([r['wall_time_s'] for r in values])} | | | | | | | |"
+            + " | ".join(f"{np.median(ratios):.2f}" if ratios else "" for ratios in (own, to_grpo))
+            + " |"
         )
     return rows
 

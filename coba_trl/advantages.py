@@ -56,8 +56,6 @@ def group_advantages(
     multi_objective_aggregation: str = "sum_then_normalize",
 ) -> torch.Tensor:
     """Advantages (N,) from the gathered rewards (N, num_funcs) and each row's group id in [0, num_groups)."""
-    weights = reward_weights.to(rewards_per_func.device).unsqueeze(0)
-    unscorable = torch.isnan(rewards_per_func).all(dim=1)
     if multi_objective_aggregation == "sum_then_normalize":
         rewards = weighted_rewards(rewards_per_func, reward_weights)
         advantages = rewards - segment_nanmean(rewards, group_ids, num_groups)[group_ids]
@@ -76,8 +74,9 @@ def group_advantages(
             ],
             dim=1,
         )
-        rewards = (normalized * weights).nansum(dim=1)
-        rewards[unscorable] = torch.nan
+        # A row stays scorable when only its normalisation is NaN (a one-row group): weighted_rewards would drop it.
+        rewards = (normalized * reward_weights.to(normalized.device).unsqueeze(0)).nansum(dim=1)
+        rewards[torch.isnan(rewards_per_func).all(dim=1)] = torch.nan
         advantages = (rewards - torch.nanmean(rewards)) / (_batch_std(rewards) + EPS)
     else:
         raise ValueError(

@@ -11,7 +11,7 @@ from studies.allocators import ARMS, PROTOCOL, QUICK
 
 # Study 2's regime (F_t falls through 0.5), unchanged from study 3's first run.
 PHASES_PROTOCOL: dict = {
-    **{key: value for key, value in PROTOCOL.items() if key not in ("warm_start_seed", "seeds")},
+    **{key: value for key, value in PROTOCOL.items() if key != "warm_start_seed"},
     "description": "study 2's regime: 3 to 5 operands, 425 warm-start steps, 160 rounds (F_t falls through 0.5)",
     "levels": [0, 1, 2],  # study 2: 3 to 5 operands
     "warm_start_steps": 425,
