@@ -72,7 +72,7 @@ def group_weight_ratio(trainer: CoBAGRPOTrainer, group_weighting: str) -> float:
     """The 64-row group's summed |d loss / d log p| over the 2-row group's, through TRL's `_compute_loss`."""
     rows = int(SIZES.sum())
     rewards = torch.tensor([1.0, 0.0] * (rows // 2)).unsqueeze(1)
-    phase = Phase({}, rewards, np.repeat(np.arange(len(SIZES)), SIZES), rows)
+    phase = Phase({}, rewards, np.repeat(np.arange(len(SIZES)), SIZES))
     plan = RoundPlan(["a", "b"], SIZES, np.full(2, np.nan))
     settings = Scoring(torch.ones(1), trainer.scale_rewards, "sum_then_normalize", group_weighting, "keep", 0, 1.0, 0)
     advantages = score_round(plan, [phase], settings, rank=0).advantages

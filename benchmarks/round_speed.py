@@ -27,7 +27,7 @@ from machine import machine_line  # noqa: E402
 
 from coba_trl.allocation import PassRateHistory, build_allocator  # noqa: E402
 from coba_trl.grouping import deal_groups, expected_length_weight
-from coba_trl.round import Phase, Scoring, Screening, group_successes, observe_round, plan_round, score_round
+from coba_trl.round import Phase, Scoring, observe_round, plan_round, score_round, screen_round
 
 PROMPTS, BUDGET, HISTORY, PROCESSES, SCREEN = 512, 8192, 17_398, 8, 2
 SETTINGS = Scoring(torch.ones(1), "group", "sum_then_normalize", "row", "keep", 0, 1.0, 0)
@@ -44,7 +44,7 @@ def _phase(dealt: list[np.ndarray], true_rates: np.ndarray, rng: np.random.Gener
     """A phase's gathered rewards, drawn from each prompt's true pass rate (not timed: generation's stand-in)."""
     group_ids = np.concatenate(dealt)
     rewards = torch.as_tensor(rng.random(len(group_ids)) < true_rates[group_ids], dtype=torch.float32)
-    return Phase({"completion_mask": torch.ones(len(dealt[0]), 4)}, rewards.unsqueeze(1), group_ids, len(dealt[0]))
+    return Phase({"completion_mask": torch.ones(len(dealt[0]), 4)}, rewards.unsqueeze(1), group_ids)
 
 
 def one_round(history, allocator, prompt_ids, true_rates, rng, two_phase: bool) -> float:
@@ -54,8 +54,7 @@ def one_round(history, allocator, prompt_ids, true_rates, rng, two_phase: bool) 
         dealt, seconds = _deal(np.full(PROMPTS, SCREEN), None)
         phases.append(_phase(dealt, true_rates, rng))
         start = time.perf_counter()
-        wins = group_successes(phases[0].rewards, phases[0].group_ids, PROMPTS, 0, 1.0)
-        screening = Screening(SCREEN, wins)
+        screening = screen_round(phases[0], SETTINGS, PROMPTS, SCREEN)
         clock += seconds + time.perf_counter() - start
     start = time.perf_counter()
     plan = plan_round(prompt_ids, allocator, history, BUDGET, 128, screening=screening)
@@ -63,8 +62,8 @@ def one_round(history, allocator, prompt_ids, true_rates, rng, two_phase: bool) 
     dealt, seconds = _deal(plan.remaining, plan.pass_rates)
     phases.append(_phase(dealt, true_rates, rng))
     start = time.perf_counter()
-    scored = score_round(plan, phases, SETTINGS, rank=0)
-    observe_round(history, allocator, plan, scored, screening)
+    scored = score_round(plan, phases, SETTINGS, rank=0, num_processes=PROCESSES)
+    observe_round(history, allocator, plan, scored)
     json.dumps({**plan.record, "successes": scored.successes.tolist()})
     return clock + seconds + time.perf_counter() - start
 

@@ -87,20 +87,29 @@ def group_advantages(
 
 
 def zero_spread_groups(
-    rewards_per_func: torch.Tensor, group_ids: torch.Tensor, num_groups: int, reward_weights: torch.Tensor
+    rewards_per_func: torch.Tensor,
+    group_ids: torch.Tensor,
+    num_groups: int,
+    reward_weights: torch.Tensor,
+    multi_objective_aggregation: str = "sum_then_normalize",
 ) -> torch.Tensor:
-    """Per group: True when its weighted reward has zero spread (a group of one counts as zero spread)."""
-    rewards = weighted_rewards(rewards_per_func, reward_weights)
-    sizes = torch.bincount(group_ids, minlength=num_groups)
-    std = torch.where(sizes > 1, segment_nanstd(rewards, group_ids, num_groups), 0.0)
-    return torch.isclose(std, torch.zeros_like(std))
+    """Per group: True when its rewards have zero spread, judged the way `group_advantages` normalises them, so that
+    such a group carries no policy gradient (advantage 0 on every row).
 
-
-def zero_std_group_fraction(
-    rewards_per_func: torch.Tensor, group_ids: torch.Tensor, num_groups: int, reward_weights: torch.Tensor
-) -> float:
-    """Fraction of *groups* whose weighted reward has zero spread (a group of one counts as zero spread)."""
-    return zero_spread_groups(rewards_per_func, group_ids, num_groups, reward_weights).float().mean().item()
+    With "sum_then_normalize" the spread is that of the weighted reward. With "normalize_then_sum" each reward
+    function is normalised on its own: a group is flat only when every function with a non-zero weight is flat in it.
+    NaN (unscored) values are left out, as TRL leaves them out; fewer than two scored values (a group of one, or a
+    group whose other rows are unscored) count as zero spread, since their advantage is 0 too.
+    """
+    if multi_objective_aggregation == "normalize_then_sum":
+        columns = rewards_per_func[:, reward_weights.to(rewards_per_func.device) != 0].unbind(dim=1)
+    else:
+        columns = [weighted_rewards(rewards_per_func, reward_weights)]
+    flat = torch.ones(num_groups, dtype=torch.bool, device=rewards_per_func.device)
+    for column in columns:
+        std = torch.nan_to_num(segment_nanstd(column, group_ids, num_groups), nan=0.0)
+        flat &= torch.isclose(std, torch.zeros_like(std))
+    return flat
 
 
 def prompt_weights(group_sizes, mean_group_size: float, device=None) -> torch.Tensor:

@@ -4,7 +4,7 @@ Besides TRL's own files a CoBA checkpoint holds what the next allocations depend
 alpha_t, beta_t), the pass-rate history p_i, TRL's micro-step counter (not checkpointed by TRL, so a resumed run would
 otherwise put its round boundaries in the wrong place) and the plan of the round in progress. A checkpoint saved
 inside a round lets the resumed run regenerate that round with the same group sizes for the same prompts, without
-observing it a second time (trl-seams.md, "Resume mechanics").
+observing it a second time (docs/training.md, "Checkpoints and exact resume").
 
 The file says which layout it has (`version`). This code reads `STATE_VERSION` 2 and version 1, the file written
 before exact resume (allocator and history only, no `version` key; a run resumed from it starts its next round

@@ -1,7 +1,7 @@
 """Expansion of a round's allocation into completion rows, and their deal over processes.
 
 A generation round makes `total = sum(group_sizes)` completions: prompt i is repeated `group_sizes[i]` times (its
-*group*). TRL's hard constraint (trl-seams.md) is that every process holds the same number of rows; on top of that,
+*group*). TRL's hard constraint is that every process holds the same number of rows; on top of that,
 large groups are spread over processes and the expected completion tokens per process are balanced, so no process
 generates far longer than the others. Plain numpy; the trainer only wires it in.
 """

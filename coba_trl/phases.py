@@ -2,11 +2,13 @@
 
 A two-phase round screens every prompt with `min_generations` completions, updates the pass-rate estimates with those
 fresh results, and spends the rest of the round's budget from them. TRL's generation method runs once per phase; its
-two outputs are merged here into the one batch of completion rows the loss sees (`merge_phase_outputs`).
+two outputs are merged here into the one batch of completion rows the loss sees (`merge_phase_outputs`), and the
+rewards gathered in each phase into the round's rows (`round_rows`).
 
-Zero-variance groups (every completion rewarded alike) carry no policy gradient: `drop` keeps them out of the loss and
-its token normalisation, as DAPO's dynamic-sampling filter does; `rescue` gives them extra rollouts in phase 2
-(`rescue_counts`) in the hope of a non-zero spread.
+Zero-variance groups (every completion rewarded alike, as `coba_trl.advantages.zero_spread_groups` judges it) carry no
+policy gradient: `drop` keeps them out of the loss and its token normalisation, as DAPO's dynamic-sampling filter does;
+`rescue` gives the groups whose screening rows were all rewarded alike extra rollouts in phase 2 (`rescue_counts`) in
+the hope of a non-zero spread.
 """
 
 from __future__ import annotations
@@ -16,8 +18,9 @@ import torch
 import torch.nn.functional as F
 
 # How TRL's `_generate_and_score_completions` pads each per-row (B, T) tensor it returns: (side, fill), fill None = the
-# tokenizer's pad token. Padded positions of the completion-length tensors lie outside `completion_mask`, so the loss
-# never reads their fill; `importance_sampling_ratio` is (B, T) per token or (B, 1) per sequence.
+# tokenizer's pad token. The masked losses never read the fill of a padded completion position, but VESPO's gamma
+# weights sum the log of `importance_sampling_ratio` over every position, mask or not: TRL's ratio is exp(0) = 1 at
+# padding, and so is the merge's. The ratio is (B, T) per token or (B, 1) per sequence.
 PADDING = {
     "prompt_ids": ("left", None),
     "prompt_mask": ("left", 0),
@@ -27,7 +30,7 @@ PADDING = {
     "old_per_token_logps": ("right", 0),
     "ref_per_token_logps": ("right", 0),
     "sampling_per_token_logps": ("right", 0),
-    "importance_sampling_ratio": ("right", 0),
+    "importance_sampling_ratio": ("right", 1),
 }
 # Per-row (B,) tensors: concatenated.
 ROWS = ("advantages",)
@@ -90,9 +93,11 @@ def merge_phase_outputs(outputs: list[dict], pad_token_id: int) -> dict:
     return merged
 
 
-def all_equal_groups(successes: np.ndarray, rollouts: np.ndarray) -> np.ndarray:
-    """Groups whose completions all succeeded or all failed (from success counts)."""
-    return (successes == 0) | (successes == rollouts)
+def round_rows(phases: list) -> tuple[torch.Tensor, torch.Tensor]:
+    """A round's gathered rewards (rows, reward functions) and each row's group id, phases one after the other."""
+    rewards = torch.cat([phase.rewards for phase in phases])
+    group_ids = torch.as_tensor(np.concatenate([phase.group_ids for phase in phases]), device=rewards.device)
+    return rewards, group_ids
 
 
 def rescue_counts(counts: np.ndarray, rescued: np.ndarray, floor: int, cap: int, extra: int) -> np.ndarray:

@@ -7,7 +7,8 @@ A round gives each of its M distinct prompts a group of completions (docs/algori
    the screening found all-equal, the metrics and the allocation-log record. No state changes: the history and the
    allocator are only read.
 2. `score_round` (every process, on the rewards gathered from all processes): advantages over each whole group (all
-   phases), `group_weighting`, zero-spread groups, successes per group, and this process's rows of the batch.
+   phases), `group_weighting`, zero-spread groups, successes per group, and this process's rows of the batch. In a
+   two-phase round `screen_round` scores the screening phase first: successes and zero spread per prompt.
 3. `observe_round` (every process, identically): the one place where the pass-rate history and the capability
    estimate F_t change.
 """
@@ -26,7 +27,7 @@ from coba_trl.advantages import group_advantages, prompt_weights, zero_spread_gr
 from coba_trl.allocation import fill_to_budget
 from coba_trl.allocation.history import merge_appearances
 from coba_trl.checkpoint import decode_round
-from coba_trl.phases import all_equal_groups, drop_rows, merge_phase_outputs, rescue_counts
+from coba_trl.phases import drop_rows, merge_phase_outputs, rescue_counts, round_rows
 from coba_trl.round_log import finite, plain
 from coba_trl.telemetry import budget_metrics
 
@@ -35,10 +36,12 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class Screening:
-    """Phase 1 of a two-phase round: `rollouts` completions for every prompt, and each prompt's successes."""
+    """Phase 1 of a two-phase round: `rollouts` completions for every prompt, each prompt's successes, and the prompts
+    whose completions were all rewarded alike (`zero_spread`, the groups `rescue` gives more rows)."""
 
     rollouts: int
     successes: np.ndarray
+    zero_spread: np.ndarray
 
 
 @dataclass
@@ -48,7 +51,7 @@ class RoundPlan:
     prompt_ids: list
     group_sizes: np.ndarray
     pass_rates: np.ndarray  # the estimates the allocation used (NaN = unseen)
-    screened_rows: int = 0  # rows per prompt the screening already generated (0 in a one-phase round)
+    screening: Screening | None = None  # phase 1 of a two-phase round, whose rows count towards each group
     rescued: np.ndarray | None = None  # groups the rescue gave rows to (None without rescue, or when replayed)
     observe: bool = True  # False when a resumed run regenerates a round its checkpoint had already observed
     metrics: dict = field(default_factory=dict)
@@ -57,7 +60,7 @@ class RoundPlan:
     @property
     def remaining(self) -> np.ndarray:
         """Rows each prompt still needs after the screening."""
-        return self.group_sizes - self.screened_rows
+        return self.group_sizes - (0 if self.screening is None else self.screening.rollouts)
 
 
 def plan_round(
@@ -75,7 +78,7 @@ def plan_round(
     With a `screening`, its results count as each prompt's latest appearance (so the estimate is fresh) and its rows
     count towards each group. The released CoBA fallback can strand a few units at B_up and reports them as
     `unallocated`; only those are topped up, so an allocator that under-spends without saying so is refused by
-    `check_plan`. With `rescue`, every group the screening found all-equal gets `screening.rollouts` more rows.
+    `check_plan`. With `rescue`, every group whose screening rows have zero spread gets `screening.rollouts` more rows.
     """
     start = time.perf_counter()
     if screening is None:
@@ -94,9 +97,9 @@ def plan_round(
     }
     rescued = None
     if rescue:
-        all_equal = all_equal_groups(screening.successes, screening.rollouts)
         funded = group_sizes
-        group_sizes = rescue_counts(funded, all_equal, screening.rollouts, max_generations, extra=screening.rollouts)
+        rollouts = screening.rollouts
+        group_sizes = rescue_counts(funded, screening.zero_spread, rollouts, max_generations, extra=rollouts)
         rescued = group_sizes > funded
         metrics["coba/rescued_groups"] = float(rescued.sum())
         metrics["coba/rescued_rows"] = float((group_sizes - funded)[rescued].sum())
@@ -114,11 +117,10 @@ def plan_round(
         "group_sizes": plain(group_sizes),
         "rescued": plain(rescued),
     }
-    screened_rows = 0 if screening is None else screening.rollouts
-    return RoundPlan(list(prompt_ids), group_sizes, pass_rates, screened_rows, rescued, metrics=metrics, record=record)
+    return RoundPlan(list(prompt_ids), group_sizes, pass_rates, screening, rescued, metrics=metrics, record=record)
 
 
-def replayed_plan(saved: dict | None, prompt_ids: list, screened_rows: int) -> RoundPlan | None:
+def replayed_plan(saved: dict | None, prompt_ids: list, screening: Screening | None = None) -> RoundPlan | None:
     """The saved plan of the round a checkpoint was taken inside of, when `prompt_ids` are its prompts: regenerated
     with the same group sizes and not observed a second time. None without a saved plan or for other prompts."""
     decoded = None if saved is None else decode_round(saved, prompt_ids)
@@ -131,12 +133,14 @@ def replayed_plan(saved: dict | None, prompt_ids: list, screened_rows: int) -> R
         return None
     group_sizes, pass_rates = decoded
     metrics = budget_metrics(group_sizes, pass_rates)
-    return RoundPlan(list(prompt_ids), group_sizes, pass_rates, screened_rows, observe=False, metrics=metrics)
+    return RoundPlan(list(prompt_ids), group_sizes, pass_rates, screening, observe=False, metrics=metrics)
 
 
-def check_plan(plan: RoundPlan, allocator_name: str, num_prompts: int, budget: int, floor: int) -> None:
-    """Refuse group sizes that cannot be generated: one per prompt, each >= `floor`, summing to the budget."""
+def check_plan(plan: RoundPlan, allocator_name: str, num_prompts: int, budget: int) -> None:
+    """Refuse group sizes that cannot be generated: one per prompt, each >= 1 and >= the screening's rows, summing to
+    the budget."""
     sizes = np.asarray(plan.group_sizes)
+    floor = 1 if plan.screening is None else max(plan.screening.rollouts, 1)
     if sizes.shape != (num_prompts,) or sizes.sum() != budget or sizes.min() < floor:
         raise ValueError(
             f"The allocator {allocator_name} returned group sizes {sizes.tolist()}; expected {num_prompts} sizes "
@@ -151,7 +155,6 @@ class Phase:
     output: dict  # TRL's batch for this process's rows
     rewards: torch.Tensor  # gathered from all processes, (rows, reward functions)
     group_ids: np.ndarray  # group of each gathered row, in the order TRL gathers rows (process 0's rows first)
-    local_rows: int  # rows each process holds
 
 
 def check_phase_rewards(rewards: torch.Tensor | None, rows: int, num_funcs: int) -> None:
@@ -183,12 +186,10 @@ def group_successes(
 
 @dataclass
 class ScoredRound:
-    """A round's gathered rewards and advantages, and this process's batch of completion rows for the loss."""
+    """A round's advantages and zero-spread groups, and this process's batch of completion rows for the loss."""
 
-    rewards: torch.Tensor  # (rows, reward functions), phases one after the other
-    group_ids: torch.Tensor  # group of each row
-    advantages: torch.Tensor  # of each row, as the loss sees them (after `group_weighting`)
-    zero_spread: torch.Tensor  # per group: every completion rewarded alike
+    advantages: torch.Tensor  # of each row (`round_rows` order), as the loss sees them (after `group_weighting`)
+    zero_spread: torch.Tensor  # per group: every completion rewarded alike (`zero_spread_groups`)
     successes: np.ndarray  # per group, all phases
     batch: dict  # this process's rows: TRL's output (merged over phases) with the round's advantages
     group_weights: torch.Tensor | None = None  # per group, with group_weighting="prompt"
@@ -225,22 +226,32 @@ class Scoring:
         )
 
 
+def screen_round(phase: Phase, settings: Scoring, num_groups: int, rollouts: int) -> Screening:
+    """The screening phase of a two-phase round scored per prompt: its successes and its zero-spread groups."""
+    rewards, group_ids = round_rows([phase])
+    index, threshold = settings.success_index, settings.success_threshold
+    successes = group_successes(rewards, group_ids.cpu(), num_groups, index, threshold)
+    aggregation = settings.multi_objective_aggregation
+    zero_spread = zero_spread_groups(rewards, group_ids, num_groups, settings.reward_weights, aggregation)
+    return Screening(rollouts, successes, zero_spread.cpu().numpy())
+
+
 def score_round(
-    plan: RoundPlan, phases: list[Phase], settings: Scoring, rank: int, gather_sum: Callable = lambda n: n
+    plan: RoundPlan,
+    phases: list[Phase],
+    settings: Scoring,
+    rank: int = 0,
+    num_processes: int = 1,
+    gather_sum: Callable = lambda n: n,
 ) -> ScoredRound:
     """Advantages over each whole group (all phases, TRL's formulas), `group_weighting`, zero-spread groups and, with
-    `zero_variance_groups="drop"`, their rows out of the loss (`gather_sum` sums a count over processes)."""
-    rewards = torch.cat([phase.rewards for phase in phases])
-    row_groups = np.concatenate([phase.group_ids for phase in phases])
-    group_ids = torch.as_tensor(row_groups, device=rewards.device)
+    `zero_variance_groups="drop"`, their rows out of the loss (`gather_sum` sums a count over processes). Process
+    `rank` of `num_processes` holds an equal slice of each phase's gathered rows, as TRL slices them."""
+    rewards, group_ids = round_rows(phases)
     num_groups = len(plan.group_sizes)
+    aggregation = settings.multi_objective_aggregation
     advantages = group_advantages(
-        rewards,
-        group_ids,
-        num_groups,
-        settings.reward_weights,
-        settings.scale_rewards,
-        settings.multi_objective_aggregation,
+        rewards, group_ids, num_groups, settings.reward_weights, settings.scale_rewards, aggregation
     )
     weights = None
     if settings.group_weighting == "prompt":  # every prompt's rows together weigh one group of the mean size
@@ -248,8 +259,8 @@ def score_round(
         advantages = advantages * weights[group_ids]
     local, offset = [], 0
     for phase in phases:  # this process's rows: its slice of each phase's gathered rows
-        start = offset + rank * phase.local_rows
-        local.append(torch.arange(start, start + phase.local_rows, device=rewards.device))
+        rows = len(phase.group_ids) // num_processes
+        local.append(torch.arange(offset + rank * rows, offset + (rank + 1) * rows, device=rewards.device))
         offset += len(phase.group_ids)
     local = torch.cat(local)
     if len(phases) == 1:
@@ -257,18 +268,17 @@ def score_round(
     else:
         batch = merge_phase_outputs([phase.output for phase in phases], settings.pad_token_id)
     batch["advantages"] = advantages[local]
-    zero_spread = zero_spread_groups(rewards, group_ids, num_groups, settings.reward_weights)
+    zero_spread = zero_spread_groups(rewards, group_ids, num_groups, settings.reward_weights, aggregation)
     dropped_groups, dropped_tokens = None, 0.0
     if settings.zero_variance_groups == "drop":
         dropped_groups = int(zero_spread.sum().item())
         dropped_tokens = float(drop_rows(batch, zero_spread[group_ids[local]], gather_sum))
-    successes = group_successes(rewards, row_groups, num_groups, settings.success_index, settings.success_threshold)
-    return ScoredRound(
-        rewards, group_ids, advantages, zero_spread, successes, batch, weights, dropped_groups, dropped_tokens
-    )
+    index, threshold = settings.success_index, settings.success_threshold
+    successes = group_successes(rewards, group_ids.cpu(), num_groups, index, threshold)
+    return ScoredRound(advantages, zero_spread, successes, batch, weights, dropped_groups, dropped_tokens)
 
 
-def observe_round(history, allocator, plan: RoundPlan, scored: ScoredRound, screening: Screening | None) -> None:
+def observe_round(history, allocator, plan: RoundPlan, scored: ScoredRound) -> None:
     """Record the round in the pass-rate history and the capability estimate F_t (identically on every process).
 
     The history records each whole group. A prompt listed twice in a round is one appearance with the summed counts.
@@ -277,6 +287,7 @@ def observe_round(history, allocator, plan: RoundPlan, scored: ScoredRound, scre
     regresses towards its true rate), while the screening has the same size for every prompt.
     """
     history.update(plan.prompt_ids, scored.successes, plan.group_sizes)
+    screening = plan.screening
     if screening is None:
         observed, rollouts = scored.successes, plan.group_sizes
     else:

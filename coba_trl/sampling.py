@@ -1,8 +1,8 @@
 """The training sampler of `CoBAGRPOTrainer`: each round's distinct prompts, epoch-aware, for any number of processes.
 
 TRL's `RepeatSampler` draws a new permutation from one generator at every pass, so a run resumed in epoch e replays
-epoch 0's order (trl-seams.md, "Resume mechanics"). `RoundSampler` computes epoch e's order from the seed and e
-alone: the (e + 1)-th permutation drawn from a generator seeded with `seed`, which is exactly the order an
+epoch 0's order (docs/training.md, "Checkpoints and exact resume"). `RoundSampler` computes epoch e's order from the
+seed and e alone: the (e + 1)-th permutation drawn from a generator seeded with `seed`, which is exactly the order an
 uninterrupted `RepeatSampler` yields in epoch e. Uniform CoBA therefore still sees GRPO's prompts in GRPO's order, and a
 resumed run sees the prompts the uninterrupted run saw.
 
@@ -100,6 +100,15 @@ class RoundSampler(Sampler[int]):
         """(epoch, round within the epoch) of the dataloader batch consumed at training micro-step `micro_step`."""
         round_number = micro_step // self.repeat_count
         return divmod(round_number, self.rounds_per_epoch)
+
+    def fast_forward_micro_step(self, global_step: int, gradient_accumulation_steps: int) -> int:
+        """The micro-step at which the Trainer's fast-forward puts the dataloader when it resumes after `global_step`
+        optimizer steps: whole epochs of `rounds_per_epoch * repeat_count` batches (the last optimizer step of an
+        epoch takes the batches left over), then `gradient_accumulation_steps` batches per step. That is
+        `global_step * gradient_accumulation_steps` whenever an epoch's batches divide by it."""
+        batches = self.rounds_per_epoch * self.repeat_count
+        epochs, steps = divmod(global_step, max(math.ceil(batches / gradient_accumulation_steps), 1))
+        return epochs * batches + steps * gradient_accumulation_steps
 
     def __iter__(self):
         epoch = self.epoch

@@ -28,11 +28,12 @@ def budget_metrics(group_sizes: np.ndarray, pass_rates: np.ndarray) -> dict[str,
     return {key: float(value) for key, value in metrics.items()}
 
 
-def round_metrics(plan, scored, reward_weights, reward_func_names: list[str], num_phases: int) -> tuple[dict, dict]:
+def round_metrics(plan, scored, phases: list, reward_weights, reward_func_names: list[str]) -> tuple[dict, dict]:
     """A round's metrics as `(replaced, added)`: values for keys TRL logged once per phase over groups of one, and
     CoBA's own keys (`coba/...`).
 
-    TRL's `frac_reward_zero_std` saw groups of one; with two phases its `reward`, `reward_std` and
+    TRL's `frac_reward_zero_std` saw groups of one: it becomes the fraction of the round's groups with zero spread
+    (`coba_trl.advantages.zero_spread_groups`, as `drop` judges them). With two phases its `reward`, `reward_std` and
     `rewards/<name>/mean|std` saw each phase alone: all are recomputed over the whole round (unscorable rows, NaN for
     every reward function, left out as TRL leaves them out). TRL's `reward` averages over completion rows, so under
     CoBA a prompt weighs as much as its group is large; `coba/reward_per_prompt` and
@@ -43,8 +44,9 @@ def round_metrics(plan, scored, reward_weights, reward_func_names: list[str], nu
     from trl.trainer.utils import nanstd
 
     from coba_trl.advantages import segment_nanmean, weighted_rewards
+    from coba_trl.phases import round_rows
 
-    rewards, group_ids, num_groups = scored.rewards, scored.group_ids, len(plan.group_sizes)
+    (rewards, group_ids), num_groups, num_phases = round_rows(phases), len(plan.group_sizes), len(phases)
     weighted = weighted_rewards(rewards, reward_weights)
     replaced = {"frac_reward_zero_std": scored.zero_spread.float().mean().item()}
     if num_phases > 1:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import os
+from contextlib import nullcontext
 
 import numpy as np
 from accelerate.logging import get_logger
@@ -28,6 +29,7 @@ from coba_trl.checkpoint import STATE_FILE, encode_round, load_state, save_state
 from coba_trl.compat import check_trl_compatibility
 from coba_trl.config import CoBAConfig
 from coba_trl.distributed import shared_call
+from coba_trl.generation.vllm_backend import built_by_trl
 from coba_trl.grouping import deal_groups, expected_length_weight
 from coba_trl.model_card import PAPER, complete_model_card
 from coba_trl.round import (
@@ -37,12 +39,12 @@ from coba_trl.round import (
     Screening,
     check_phase_rewards,
     check_plan,
-    group_successes,
     observe_round,
     plan_round,
     prior_pass_rates,
     replayed_plan,
     score_round,
+    screen_round,
 )
 from coba_trl.round_log import RoundLog, plain
 from coba_trl.sampling import RoundSampler
@@ -53,7 +55,6 @@ from coba_trl.validation import (
     check_features,
     check_generation_kwargs,
     check_reward_columns,
-    check_round_layout,
     check_success_reward,
     check_two_phase_layout,
 )
@@ -109,13 +110,13 @@ class CoBAGRPOTrainer(GRPOTrainer):
         check_dataset(train_dataset, args.prompt_id_column, args.prior_pass_rate_column)
         check_reward_columns(reward_funcs, train_dataset.column_names)
         check_generation_kwargs(args.generation_kwargs, args.use_vllm)
-        self._prompts_per_round = check_round_layout(
-            args.generation_batch_size, args.num_generations, args.world_size, args.steps_per_generation
-        )
+        # GRPOConfig makes generation_batch_size a multiple of the processes and of steps_per_generation.
+        self._prompts_per_round = args.generation_batch_size // args.num_generations
         if args.two_phase_rounds:
             check_two_phase_layout(self._prompts_per_round, args.min_generations, args.world_size)
         self._coba_columns = [c for c in (args.prompt_id_column, args.prior_pass_rate_column) if c is not None]
-        super().__init__(model, reward_funcs, args, train_dataset, **kwargs)
+        with built_by_trl() if args.use_vllm else nullcontext():  # TRL builds coba-trl's vLLM backend (generation/)
+            super().__init__(model, reward_funcs, args, train_dataset, **kwargs)
         check_context_length(self.model, self.processing_class, train_dataset, args)
         self._success_index = check_success_reward(args.success_reward_func, self.reward_func_names)
         self.allocator = args.build_allocator()
@@ -185,21 +186,25 @@ class CoBAGRPOTrainer(GRPOTrainer):
         prompt_ids = self._round_prompt_ids(inputs, prompts)
         phases, screening = [], None
         if self.args.two_phase_rounds:  # phase 1: min_generations completions for every prompt
-            phases.append(self._generate_phase(prompts, np.full(len(prompts), self.args.min_generations), None))
-            screen = phases[0]
-            wins = group_successes(
-                screen.rewards, screen.group_ids, len(prompts), self._success_index, self.args.success_threshold
-            )
-            screening = Screening(self.args.min_generations, wins)
+            screen_sizes = np.full(len(prompts), self.args.min_generations)
+            phases.append(self._generate_phase(prompts, screen_sizes, None, stay_awake=True))
+            screening = screen_round(phases[0], Scoring.of(self), len(prompts), self.args.min_generations)
         plan = self._plan_round(prompts, prompt_ids, screening)
         if plan.remaining.sum() > 0:
             phases.append(self._generate_phase(prompts, plan.remaining, plan.pass_rates))
+        if self.use_vllm:
+            self.vllm_generation.sleep()  # the round is done generating (sleep mode; a no-op otherwise)
         scored = score_round(
-            plan, phases, Scoring.of(self), self.accelerator.process_index, lambda n: self.accelerator.gather(n).sum()
+            plan,
+            phases,
+            Scoring.of(self),
+            rank=self.accelerator.process_index,
+            num_processes=self.accelerator.num_processes,
+            gather_sum=lambda n: self.accelerator.gather(n).sum(),
         )
         self._log_round(plan, scored, phases)
         if plan.observe:
-            observe_round(self.pass_rate_history, self.allocator, plan, scored, screening)
+            observe_round(self.pass_rate_history, self.allocator, plan, scored)
             if self._round_log is not None:
                 record = {"micro_step": self._step, "global_step": self.state.global_step, **plan.record}
                 record.update(group_weighting=self.args.group_weighting, successes=plain(scored.successes))
@@ -208,12 +213,10 @@ class CoBAGRPOTrainer(GRPOTrainer):
 
     def _plan_round(self, prompts: list[dict], prompt_ids: list, screening: Screening | None = None) -> RoundPlan:
         """The round's plan: a resumed round's saved one, else process 0's allocation, shared with every process."""
-        screened_rows = 0 if screening is None else screening.rollouts
-        plan, self._replay_round = replayed_plan(self._replay_round, prompt_ids, screened_rows), None
+        plan, self._replay_round = replayed_plan(self._replay_round, prompt_ids, screening), None
         if plan is None:
             plan = shared_call(lambda: self._allocate(prompts, prompt_ids, screening), self.accelerator)
-        budget, floor = self.args.generation_batch_size, max(screened_rows, 1)
-        check_plan(plan, type(self.allocator).__name__, len(prompts), budget, floor)
+        check_plan(plan, type(self.allocator).__name__, len(prompts), self.args.generation_batch_size)
         self._current_round = encode_round(prompt_ids, plan.group_sizes, plan.pass_rates)
         return plan
 
@@ -224,26 +227,35 @@ class CoBAGRPOTrainer(GRPOTrainer):
         budget, cap = self.args.generation_batch_size, self.args.max_generations
         return plan_round(prompt_ids, self.allocator, self.pass_rate_history, budget, cap, prior, screening, rescue)
 
-    def _generate_phase(self, prompts: list[dict], group_sizes: np.ndarray, pass_rates: np.ndarray | None) -> Phase:
-        """Deal the rows of `group_sizes` over the processes and run TRL's generation and scoring on this one's."""
+    def _generate_phase(
+        self, prompts: list[dict], group_sizes: np.ndarray, pass_rates: np.ndarray | None, stay_awake: bool = False
+    ) -> Phase:
+        """Deal the rows of `group_sizes` over the processes and run TRL's generation and scoring on this one's.
+
+        `stay_awake`: another phase of this round follows, so a sleeping vLLM engine stays awake after generating.
+        """
         weights = None if pass_rates is None else expected_length_weight(pass_rates)
         dealt = deal_groups(group_sizes, self.accelerator.num_processes, weights)
         local_rows = [dict(prompts[group]) for group in dealt[self.accelerator.process_index]]
         self._captured_rewards = None  # set again by this call's `_calculate_rewards`, never carried over
         mean_group_size = self.num_generations
         self.num_generations = 1  # one completion per expanded row, in every generation backend
+        if self.use_vllm:
+            self.vllm_generation.stay_awake = stay_awake
         try:
             output = super()._generate_and_score_completions(local_rows)
         finally:
             self.num_generations = mean_group_size
+            if self.use_vllm:
+                self.vllm_generation.stay_awake = False
         rewards, group_ids = self._captured_rewards, np.concatenate(dealt)
         check_phase_rewards(rewards, len(group_ids), len(self.reward_funcs))
-        return Phase(output, rewards, group_ids, len(local_rows))
+        return Phase(output, rewards, group_ids)
 
     def _log_round(self, plan: RoundPlan, scored, phases: list[Phase]) -> None:
         """Replace what TRL logged per phase over groups of one by the round's values; add CoBA's metrics."""
         metrics, num_phases = self._metrics["train"], len(phases)
-        replaced, added = round_metrics(plan, scored, self.reward_weights, self.reward_func_names, num_phases)
+        replaced, added = round_metrics(plan, scored, phases, self.reward_weights, self.reward_func_names)
         if num_phases > 1:
             replaced.update(merge_phase_metrics(metrics, [len(phase.group_ids) for phase in phases]))
         for key, value in replaced.items():
@@ -290,16 +302,17 @@ class CoBAGRPOTrainer(GRPOTrainer):
                 f"{os.path.join(checkpoint, STATE_FILE)} not found: resuming with an empty pass-rate history and "
                 "capability estimate."
             )
-        # The allocation log keeps the rounds that started before the checkpoint; without a saved micro-step (no
-        # CoBA state), the rounds before its optimizer step.
-        first_new = self.state.global_step * self.args.gradient_accumulation_steps
-        first_new = first_new if state is None else state.get("micro_step", first_new)
-        if self._round_log is not None:
-            shared_call(lambda: self._round_log.start(resume_micro_step=first_new), self.accelerator)
         if state is None or "micro_step" not in state:
-            logger.warning(f"{checkpoint} predates exact resume: a round interrupted by it is allocated afresh.")
-            return
-        # TRL does not checkpoint its micro-step counter; restoring it keeps every later round where it was.
-        self._step = state["micro_step"]
-        if self._step % (self.args.steps_per_generation * self.num_iterations) and state["round"] is not None:
-            self._replay_round = state["round"]
+            # No saved micro-step (no CoBA state, or one from coba-trl 0.1): continue from where the Trainer's
+            # fast-forward puts the dataloader, so the round sampler's schedule still names the prompts it loads.
+            steps = self.args.gradient_accumulation_steps
+            self._step = self._round_sampler.fast_forward_micro_step(self.state.global_step, steps)
+            logger.warning(f"{checkpoint} has no saved micro-step: a round interrupted by it is allocated afresh.")
+        else:
+            # TRL does not checkpoint its micro-step counter; restoring it keeps every later round where it was.
+            self._step = state["micro_step"]
+            if self._step % (self.args.steps_per_generation * self.num_iterations) and state["round"] is not None:
+                self._replay_round = state["round"]
+        # The allocation log keeps the rounds that started before the checkpoint.
+        if self._round_log is not None:
+            shared_call(lambda: self._round_log.start(resume_micro_step=self._step), self.accelerator)

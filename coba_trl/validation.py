@@ -1,4 +1,4 @@
-"""Construction-time checks of a CoBA run: the round layout over processes, the dataset, the model's context, GRPO
+"""Construction-time checks of a CoBA run: the two-phase layout over processes, the dataset, the model's context, GRPO
 features, and access to the Hub before a run that pushes to it.
 
 Config-only checks (min / max generations, allocator parameters) live in `CoBAConfig.__post_init__`; these need the
@@ -18,25 +18,6 @@ import numbers
 from datasets import Dataset, IterableDataset
 
 LONGEST_PROMPTS_TOKENIZED = 16  # prompts tokenized to find the longest one: those with the most characters
-
-
-def check_round_layout(
-    generation_batch_size: int, num_generations: int, num_processes: int, steps_per_generation: int
-) -> int:
-    """Check that a round's completion rows divide evenly over the processes; returns the prompts per round (M).
-
-    M itself need not divide by the number of processes: the sampler pads each process's share of the round's distinct
-    prompts (`coba_trl.sampling`), and the completion rows are dealt evenly whatever the group sizes.
-    """
-    rows_per_process = generation_batch_size // num_processes
-    if generation_batch_size % num_processes != 0 or rows_per_process % steps_per_generation != 0:
-        raise ValueError(
-            f"Each process holds generation_batch_size / num_processes = {generation_batch_size} / {num_processes} "
-            f"completions per round, which must be a whole number divisible by steps_per_generation "
-            f"({steps_per_generation}). Set generation_batch_size to a multiple of "
-            f"num_processes * steps_per_generation."
-        )
-    return generation_batch_size // num_generations
 
 
 def check_two_phase_layout(prompts_per_round: int, min_generations: int, num_processes: int) -> None:

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from trl.trainer.utils import nanstd
 
-from coba_trl.advantages import group_advantages, zero_std_group_fraction
+from coba_trl.advantages import group_advantages, zero_spread_groups
 from coba_trl.grouping import deal_groups, distinct_groups, expected_length_weight, imbalance
 
 
@@ -130,7 +130,40 @@ def test_unknown_modes_name_the_field():
         group_advantages(rewards, group_ids, 2, torch.ones(1), "group", "product")
 
 
-def test_zero_std_fraction_counts_groups_not_rows():
-    rewards = torch.tensor([[1.0], [1.0], [1.0], [1.0], [0.0], [1.0], [0.5]])
-    group_ids = torch.tensor([0, 0, 0, 0, 1, 1, 2])  # a constant group of 4, a mixed pair, a group of one
-    assert zero_std_group_fraction(rewards, group_ids, 3, torch.ones(1)) == pytest.approx(2 / 3)
+def test_zero_spread_is_judged_per_group_leaving_unscored_rows_out():
+    nan = float("nan")
+    values = [1, 1, 1, 1] + [0, 1] + [0.5] + [nan, 0] + [nan, 1, 0] + [1, nan, 1]
+    group_ids = torch.arange(6).repeat_interleave(torch.tensor([4, 2, 1, 2, 3, 3]))
+    flat = zero_spread_groups(torch.tensor(values).unsqueeze(1), group_ids, 6, torch.ones(1))
+    # constant; mixed; a group of one; one scored row; mixed around an unscored row; constant around an unscored row
+    assert flat.tolist() == [True, False, True, True, False, True]
+
+
+def test_normalize_then_sum_judges_each_reward_function_on_its_own():
+    # r1 = 1 for an even-length completion, r2 = 2 (1 - r1), weights [1, 0.5]: every weighted sum is 1, but each
+    # function normalised on its own gives the groups of mixed parity an advantage.
+    r1 = torch.tensor([1.0, 0.0, 1.0] + [1.0, 1.0] + [0.0, 0.0, 0.0, 0.0])
+    rewards, weights = torch.stack([r1, 2 * (1 - r1)], dim=1), torch.tensor([1.0, 0.5])
+    group_ids = torch.tensor([0, 0, 0, 1, 1, 2, 2, 2, 2])
+    assert zero_spread_groups(rewards, group_ids, 3, weights, "normalize_then_sum").tolist() == [False, True, True]
+    assert zero_spread_groups(rewards, group_ids, 3, weights, "sum_then_normalize").tolist() == [True, True, True]
+    # a function with weight 0 moves no advantage, so its spread does not count
+    assert zero_spread_groups(rewards, group_ids, 3, torch.tensor([0.0, 0.0]), "normalize_then_sum").all()
+
+
+@pytest.mark.parametrize("scale_rewards", ["group", "batch", "none"])
+@pytest.mark.parametrize("aggregation", ["sum_then_normalize", "normalize_then_sum"])
+def test_exactly_the_zero_spread_groups_get_advantage_zero_on_every_row(scale_rewards, aggregation):
+    # Random variable-size rounds of two reward functions with unscored (NaN) values: a group is judged flat if and
+    # only if TRL's formulas give every one of its rows advantage 0.
+    generator = torch.Generator().manual_seed(0)
+    weights = torch.tensor([1.0, 0.5])
+    for _ in range(200):
+        sizes = torch.randint(1, 6, (6,), generator=generator)
+        group_ids = torch.arange(6).repeat_interleave(sizes)
+        rewards = torch.randint(0, 2, (len(group_ids), 2), generator=generator).float()
+        rewards[torch.rand(rewards.shape, generator=generator) < 0.2] = torch.nan
+        flat = zero_spread_groups(rewards, group_ids, 6, weights, aggregation)
+        advantages = group_advantages(rewards, group_ids, 6, weights, scale_rewards, aggregation)
+        largest = torch.stack([advantages[group_ids == group].abs().max() for group in range(6)])
+        assert (largest[flat] < 1e-5).all() and (largest[~flat] > 1e-3).all()

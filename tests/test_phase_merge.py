@@ -3,6 +3,7 @@ TRL pads it with, and any key whose padding is unknown refused rather than guess
 
 import pytest
 import torch
+from trl import GRPOTrainer
 
 from coba_trl.phases import MULTIMODAL, PADDING, merge_phase_outputs
 
@@ -39,9 +40,37 @@ def test_every_known_key_is_padded_on_its_side_with_its_value():
     assert merged["completion_mask"].tolist() == [[1, 0], [1, 0], [1, 1]]  # right, 0
     assert merged["tool_mask"].tolist() == [[0, 1], [0, 1], [0, 0]]  # right, 1 like TRL
     assert merged["old_per_token_logps"].tolist() == [[-1, 0], [-1, 0], [-1, -1]]
-    assert merged["importance_sampling_ratio"].tolist() == [[2, 0], [2, 0], [2, 2]]
+    assert merged["importance_sampling_ratio"].tolist() == [[2, 1], [2, 1], [2, 2]]  # right, 1 like TRL
     assert merged["advantages"].tolist() == [0, 1, 0]
     assert merged["num_items_in_batch"].item() == 2 + 2
+
+
+def test_vespo_gamma_weights_of_every_row_survive_the_merge():
+    # TRL's VESPO weights sum the log of the per-token importance ratio over every position, mask or not: a row of
+    # the phase with shorter completions must get the weight TRL gives it in its own phase, not one shrunk by padding.
+    torch.manual_seed(0)
+    phases, weights = [], []
+    for rows, width in ((2, 3), (3, 6)):
+        mask = torch.ones(rows, width, dtype=torch.long)
+        mask[0, width - 1 :] = 0  # TRL's ratio is exp(0) = 1 at a masked position
+        ratio = torch.where(mask.bool(), torch.exp(0.05 * torch.randn(rows, width)), 1.0)
+        phase = _phase(rows, 1, width, completion_mask=mask, importance_sampling_ratio=ratio)
+        phases.append(phase)
+        weights.append(_gamma_weights(phase))
+    merged = merge_phase_outputs(phases, PAD)
+    torch.testing.assert_close(_gamma_weights(merged), torch.cat(weights))
+    assert _gamma_weights(merged).min() > 0.5  # near 1 for ratios near 1 (padding with 0 gave about 1e-15)
+
+
+def _gamma_weights(batch):
+    """TRL's VESPO gamma weights phi(w) of each row, with the policy equal to the old policy (log ratio 0)."""
+    mask = batch["completion_mask"]
+    return GRPOTrainer.get_gamma_weights(
+        advantages=batch["advantages"].unsqueeze(1),
+        log_ratio_per_token=torch.zeros(mask.shape),
+        mask=mask,
+        importance_sampling_ratio=batch["importance_sampling_ratio"],
+    )
 
 
 def test_a_per_sequence_importance_ratio_keeps_its_single_column():

@@ -11,7 +11,7 @@ from trl.trainer.utils import RepeatSampler
 
 from coba_trl import CoBAConfig, CoBAGRPOTrainer
 from coba_trl.compat import check_signatures, check_trl_version
-from coba_trl.validation import check_context_length, check_hub_access, check_round_layout, longest_prompt_tokens
+from coba_trl.validation import check_context_length, check_hub_access, longest_prompt_tokens
 
 
 @pytest.fixture(scope="module")
@@ -26,24 +26,6 @@ def _build(tmp_path, model_and_tokenizer, args=None, train_dataset=None, **kwarg
     return CoBAGRPOTrainer(
         model, parity_reward, args=args, train_dataset=dataset, processing_class=tokenizer, **kwargs
     )
-
-
-def test_prompts_per_round_need_not_divide_over_processes():
-    # 2 processes x 3 completions x 2 steps per generation, G = 4: 3 distinct prompts per round, as GRPO accepts.
-    assert (
-        check_round_layout(generation_batch_size=12, num_generations=4, num_processes=2, steps_per_generation=2) == 3
-    )
-    # 8 GPUs, per-device batch 2, G = 16, steps_per_generation 4: 64 completions, 4 prompts per round.
-    assert check_round_layout(64, 16, 8, 4) == 4
-
-
-def test_rows_per_process_must_divide_by_steps_per_generation(tmp_path, model_and_tokenizer):
-    with pytest.raises(ValueError, match="steps_per_generation"):
-        check_round_layout(generation_batch_size=16, num_generations=4, num_processes=2, steps_per_generation=3)
-    args = CoBAConfig(output_dir=str(tmp_path), per_device_train_batch_size=8, num_generations=4, **TINY_ARGS)
-    args.steps_per_generation = 3
-    with pytest.raises(ValueError, match="steps_per_generation"):
-        _build(tmp_path, model_and_tokenizer, args=args)
 
 
 def test_a_grpo_config_is_refused(tmp_path, model_and_tokenizer):
