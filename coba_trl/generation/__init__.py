@@ -1,0 +1,20 @@
+"""Everything coba-trl does to vLLM, in one place (the trainer calls it; TRL's generation code stays TRL's).
+
+- `vllm_backend.CoBAVLLMGeneration`: TRL's `VLLMGeneration` keeping n-sampling in server mode, syncing weights into
+  vLLM's CPU build, and syncing once per two-phase round in sleep mode.
+- `cpu_weights`: the CPU weight sync itself, and `CPUWeightSync`, the worker extension a CPU vLLM server is started
+  with (`--worker-extension-cls coba_trl.generation.CPUWeightSync`).
+- `requests`: which rows are asked for in which server request, and how the completions map back.
+
+Only `requests` imports without TRL; the rest needs vLLM only when it runs.
+"""
+
+__all__ = ["CPUWeightSync"]
+
+
+def __getattr__(name: str):
+    if name == "CPUWeightSync":
+        from coba_trl.generation.cpu_weights import CPUWeightSync
+
+        return CPUWeightSync
+    raise AttributeError(f"module 'coba_trl.generation' has no attribute {name!r}")

@@ -1,0 +1,121 @@
+"""`CoBAVLLMGeneration`: TRL's `VLLMGeneration` with the three changes CoBA's rounds need, each narrow and guarded.
+
+1. Server mode keeps vLLM's n-sampling (`generate`): the rows of a round, one per completion, are asked for as one
+   request per distinct group size with n = that size (`coba_trl.generation.requests`); prompts with images take
+   TRL's path, one row per request.
+2. vLLM's CPU build (`sync_weights`, `_init_vllm`): a colocated engine loads weights through vLLM's layerwise reload
+   and packs its LM head again (`coba_trl.generation.cpu_weights.load_weights`); a CPU trainer talks to a server
+   through `CPUWeightSyncClient` (a weight file and the server's worker extension) instead of NCCL. With vLLM on CUDA
+   both stay TRL's.
+3. Sleep mode in two-phase rounds (`stay_awake`, `sleep`): TRL puts the engine to sleep (level 2, weights discarded)
+   after every generation and pushes the weights again before the next, so a round's second phase would gather and
+   push every weight a second time (under FSDP or ZeRO-3, a full gather). While `stay_awake` is set the engine stays
+   awake after generating; the trainer sets it for phase 1 and calls `sleep` when the round is done generating.
+
+`CoBAGRPOTrainer` builds it in place of TRL's class (`built_by_trl`); everything else is TRL's.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager, nullcontext
+
+import trl.generation.vllm_generation as trl_vllm_generation
+import trl.trainer.grpo_trainer as trl_grpo_trainer
+from accelerate.utils import broadcast_object_list, gather_object
+from trl.generation.vllm_generation import VLLMGeneration
+
+from coba_trl.generation.cpu_weights import CPUWeightSyncClient, load_weights
+from coba_trl.generation.requests import assign_completions, plan_requests
+
+
+def vllm_on_cpu() -> bool:
+    """Whether the installed vLLM is its CPU build."""
+    from vllm.platforms import current_platform
+
+    return current_platform.is_cpu()
+
+
+class CoBAVLLMGeneration(VLLMGeneration):
+    stay_awake = False
+
+    def _init_vllm(self):
+        if self.mode == "server" and self.accelerator.device.type == "cpu":
+            # TRL's client sends weights over NCCL, which needs CUDA: a CPU trainer sends them as a file.
+            with _module_attribute(trl_vllm_generation, "VLLMClient", CPUWeightSyncClient):
+                return super()._init_vllm()
+        return super()._init_vllm()
+
+    def sync_weights(self):
+        if self.mode != "colocate" or not vllm_on_cpu():
+            return super().sync_weights()
+        model_runner = self.llm.llm_engine.model_executor.driver_worker.model_runner
+        load_weights(model_runner, self._iter_named_params())
+        self.llm.reset_prefix_cache()
+
+    def generate(self, prompts, images, num_generations, profiler=None):
+        if self.mode == "server" and num_generations == 1:
+            has_images = any(gather_object([images is not None and any(image is not None for image in images)]))
+            if not has_images:
+                return self._generate_grouped(prompts, profiler)
+        if not (self.mode == "colocate" and self.enable_sleep_mode and self.stay_awake):
+            return super().generate(prompts, images, num_generations, profiler)
+        # Generate as TRL does, but leave the engine awake for the round's next phase.
+        if self._llm_weights_sleeping:
+            self.sync_weights()
+        self.llm.wake_up(tags=["kv_cache"])
+        self.enable_sleep_mode = False
+        try:
+            return super().generate(prompts, images, num_generations, profiler)
+        finally:
+            self.enable_sleep_mode = True
+
+    def sleep(self):
+        """Put a colocated engine that `stay_awake` kept awake to sleep, as TRL does after generating."""
+        if self.mode == "colocate" and self.enable_sleep_mode and not self._llm_weights_sleeping:
+            self.llm.sleep(level=2)
+            self._llm_weights_sleeping = True
+
+    def _generate_grouped(self, prompts, profiler):
+        """Server mode, one completion per row: one request per distinct group size (module docstring, 1)."""
+        all_prompts = gather_object(prompts)
+        payload = None
+        if self.accelerator.is_main_process:
+            requests = plan_requests(all_prompts)
+            with profiler or nullcontext():
+                outputs = [self.vllm_client.generate(prompts=r.prompts, n=r.n, **self._sampling()) for r in requests]
+            payload = assign_completions(len(all_prompts), requests, outputs)
+        payload = broadcast_object_list([payload], from_process=0)[0]
+        rows = slice(self.accelerator.process_index * len(prompts), (self.accelerator.process_index + 1) * len(prompts))
+        local = {key: None if values is None else values[rows] for key, values in payload.items()}
+        return [list(ids) for ids in prompts], local["completion_ids"], local["logprobs"], local["logprob_token_ids"]
+
+    def _sampling(self) -> dict:
+        """The sampling parameters TRL's server path sends, less `n`."""
+        return {
+            "repetition_penalty": self.repetition_penalty,
+            "temperature": self.temperature,
+            "top_p": self.top_p,
+            "top_k": self.top_k,
+            "min_p": 0.0 if self.min_p is None else self.min_p,
+            "max_tokens": self.max_completion_length,
+            "logprobs": self.logprobs,
+            "structured_outputs_regex": self.structured_outputs_regex,
+            "generation_kwargs": self.generation_kwargs,
+        }
+
+
+@contextmanager
+def built_by_trl():
+    """While GRPOTrainer.__init__ runs, it builds `CoBAVLLMGeneration` where it would build TRL's `VLLMGeneration`."""
+    with _module_attribute(trl_grpo_trainer, "VLLMGeneration", CoBAVLLMGeneration):
+        yield
+
+
+@contextmanager
+def _module_attribute(module, name: str, value):
+    original = getattr(module, name)
+    setattr(module, name, value)
+    try:
+        yield
+    finally:
+        setattr(module, name, original)
