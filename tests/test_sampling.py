@@ -24,6 +24,14 @@ def test_an_epoch_is_recomputed_from_the_seed_alone():
     assert [resumed.round_indices(2, r) for r in range(2)] == [epochs[2][:5], epochs[2][5:]]
 
 
+def test_a_resume_without_a_saved_micro_step_continues_where_the_trainer_fast_forwards():
+    # The Trainer skips whole epochs of batches, then gradient_accumulation_steps batches per optimizer step; the last
+    # step of an epoch takes the batches left over (here 5 rounds x 2 repeats = 10 batches: steps of 3, 3, 3 and 1).
+    sampler = RoundSampler(num_samples=10, prompts_per_round=2, repeat_count=2)
+    assert [sampler.fast_forward_micro_step(step, 3) for step in (0, 3, 4, 5, 9)] == [0, 9, 10, 13, 23]
+    assert sampler.fast_forward_micro_step(7, 2) == 7 * 2  # an epoch's batches divide by the accumulation steps
+
+
 def test_micro_steps_map_to_rounds_and_epochs():
     sampler = RoundSampler(num_samples=8, prompts_per_round=4, repeat_count=2)  # 2 rounds per epoch, 2 steps each
     assert [sampler.locate(step) for step in (0, 1, 2, 3, 4, 7)] == [(0, 0), (0, 0), (0, 1), (0, 1), (1, 0), (1, 1)]

@@ -105,6 +105,39 @@ def test_drop_removes_exactly_the_zero_spread_groups_from_the_normalisation(tmp_
     assert logs["coba/dropped_groups"] == zero.sum()
 
 
+def odd_reward(completions, **kwargs):
+    """2 (1 - parity_reward): 2.0 for an odd-length completion."""
+    return [2.0 * (len(c) % 2) for c in completions]
+
+
+def test_drop_under_normalize_then_sum_drops_exactly_the_groups_flat_in_every_reward_function(tmp_path):
+    # parity_reward + 0.5 * odd_reward is 1 for every completion, but each function normalised on its own gives the
+    # groups of mixed parity an advantage: only the groups whose completions share a parity are flat and dropped.
+    trainer = _trainer(
+        tmp_path,
+        reward=[parity_reward, odd_reward],
+        two_phase_rounds=False,
+        zero_variance_groups="drop",
+        multi_objective_aggregation="normalize_then_sum",
+        reward_weights=[1.0, 0.5],
+        max_steps=4,
+    )
+    outputs = OutputRecorder(trainer)
+    trainer.train()
+    records, logs = read_rounds(str(tmp_path)), [h for h in trainer.state.log_history if "loss" in h]
+    assert len(records) == len(logs) == len(outputs.outputs) == 4
+    kept_rounds = 0
+    for record, step, output in zip(records, logs, outputs.outputs, strict=True):
+        sizes, even = np.array(record["group_sizes"]), np.array(record["successes"])  # parity_reward decides success
+        flat = (even == 0) | (even == sizes)
+        assert step["coba/dropped_groups"] == flat.sum() and step["frac_reward_zero_std"] == flat.mean()
+        dropped_rows = (output["completion_mask"].sum(dim=1) == 0).numpy()
+        np.testing.assert_array_equal(dropped_rows, flat[_group_ids(sizes)])
+        assert (step["grad_norm"] > 0) == (not flat.all())  # the kept groups train the model
+        kept_rounds += not flat.all()
+    assert kept_rounds > 0
+
+
 def test_rescue_gives_extra_rows_only_to_all_equal_groups(tmp_path):
     trainer = _trainer(tmp_path, zero_variance_groups="rescue", max_steps=2, per_device_train_batch_size=32)
     planned = []

@@ -128,6 +128,34 @@ def test_a_checkpoint_without_coba_state_keeps_only_the_log_of_the_rounds_before
     assert len(resumed) == 4 and all(json.loads(line)["global_step"] >= 4 for line in resumed[2:])
 
 
+@pytest.mark.parametrize("saved_state", ["none", "version-1"])
+def test_a_checkpoint_without_a_saved_micro_step_resumes_where_the_trainer_fast_forwards(tmp_path, saved_state):
+    # A plain TRL checkpoint (no coba_state.json) or one from coba-trl 0.1 (allocator and history, no micro-step),
+    # without prompt_id_column: checkpoint-5 lies inside round 2, in the second epoch. The resumed run regenerates
+    # that round for its prompts, allocated afresh, then follows the uninterrupted run's schedule to the end.
+    dataset, overrides = prompt_dataset(8), dict(steps_per_generation=2)
+    full = _trainer(tmp_path / "full", dataset, **overrides)
+    full_rounds = RoundRecorder(full)
+    full.train()
+    checkpoint = tmp_path / "full" / "checkpoint-5"
+    state = load_state(str(checkpoint))
+    os.remove(checkpoint / STATE_FILE)
+    if saved_state == "version-1":
+        (checkpoint / STATE_FILE).write_text(
+            json.dumps({key: state[key] for key in ("allocator", "pass_rate_history")})
+        )
+    resumed = _trainer(tmp_path / "resumed", dataset, **overrides)
+    resumed_rounds = RoundRecorder(resumed)
+    resumed.train(resume_from_checkpoint=str(checkpoint))
+    assert resumed.state.global_step == full.state.global_step == 8
+    assert len(full_rounds.rounds) == 4
+    assert [ids for ids, _ in resumed_rounds.rounds] == [ids for ids, _ in full_rounds.rounds[2:]]
+    assert all(sum(sizes) == 16 for _, sizes in resumed_rounds.rounds)
+    # the regenerated round was planned from the saved history (all 8 prompts of epoch 0), or from none
+    (first,) = [logs for logs in resumed.state.log_history if logs["step"] == 6 and "loss" in logs]
+    assert first["coba/prompts_with_history"] == (8.0 if saved_state == "version-1" else 0.0)
+
+
 def test_resume_with_iterations_and_gradient_accumulation(tmp_path):
     _assert_resume_is_exact(
         tmp_path,
