@@ -1,61 +1,29 @@
-"""The `"intervals"` analysis of a study's report (study 4): paired differences over units with 95% t-intervals.
+"""The `"intervals"` analysis of a study's report (studies 3 rerun and 4): paired differences with 95% t-intervals.
 
-A unit is a (warm-start seed, RL seed) pair; every arm of a unit starts from the same checkpoint and sees the same
-prompts in the same order. For each pre-registered comparison and each co-primary metric (final held-out greedy
-accuracy, held-out avg@16 at temperature 1.0) the report gives the per-unit differences, their mean and the 95%
-t-interval over the n units (mean +- t(0.975, n - 1) * sd / sqrt(n)), and the verdict word the rule fixes:
+Every arm of a (warm-start seed, RL seed) pair starts from the same checkpoint and sees the same prompts in the same
+order. For each comparison the study declares and each co-primary metric (final held-out greedy accuracy, held-out
+avg@16 at temperature 1.0) the report gives the per-unit differences, their mean, the 95% t-interval over the units,
+and the verdict words of `study_analysis.py`.
 
-- "ahead" / "behind": the interval excludes 0 (above / below it), checked first;
-- "equivalent": the interval lies within +-`equivalence_margin` (0.02);
-- "not detected": anything else.
+- `Study.unit == "warm_start"` (the default): a warm start's difference is the mean over its RL seeds; the table
+  has the p-values, their Holm adjustment across every comparison of the study (all regimes, both metrics) and the
+  verdict before and after it.
+- `Study.unit == "run"` (studies 3 and 4, as pre-registered): each (warm-start seed, RL seed) pair is a unit and the
+  verdict is the interval rule; the warm-start analysis with Holm follows as a re-analysis, beside the pre-registered
+  verdicts (`reanalysis_lines`).
 """
 
 from __future__ import annotations
 
 import json
-import math
 import os
 
 import numpy as np
+from study_analysis import LEVEL, Cell, interval_verdict, paired_test, with_holm
 from study_report_plots import COLORS, plt, save_figure
 from study_report_timing import extra_lines
 
 METRICS = {"final_accuracy": "final held-out greedy accuracy", "heldout_sampled_accuracy": "held-out avg@16"}
-
-
-def t_quantile(probability: float, df: int) -> float:
-    """Student's t quantile for `probability` in (0.5, 1): bisection on the CDF, integrated on a fine grid."""
-    scale = math.gamma((df + 1) / 2) / (math.sqrt(df * math.pi) * math.gamma(df / 2))
-
-    def cdf(x: float) -> float:
-        grid = np.linspace(0.0, x, 20_001)
-        density = scale * (1 + grid**2 / df) ** (-(df + 1) / 2)
-        return 0.5 + float(np.sum((density[1:] + density[:-1]) / 2) * (grid[1] - grid[0]))
-
-    low, high = 0.0, 1000.0
-    for _ in range(60):
-        middle = (low + high) / 2
-        low, high = (middle, high) if cdf(middle) < probability else (low, middle)
-    return (low + high) / 2
-
-
-def interval(differences) -> tuple[float, float, float]:
-    """Mean and the two-sided 95% t-interval over the units."""
-    values = np.asarray(differences, dtype=float)
-    mean = float(values.mean())
-    half = t_quantile(0.975, values.size - 1) * float(values.std(ddof=1)) / math.sqrt(values.size)
-    return mean, mean - half, mean + half
-
-
-def verdict(low: float, high: float, margin: float) -> str:
-    """The pre-registered verdict word for an interval [low, high]."""
-    if low > 0:
-        return "ahead"
-    if high < 0:
-        return "behind"
-    if -margin <= low and high <= margin:
-        return "equivalent"
-    return "not detected"
 
 
 def load_units(output_dir: str, arms) -> tuple[dict[str, dict[tuple[int, int], dict]], int]:
@@ -72,10 +40,33 @@ def load_units(output_dir: str, arms) -> tuple[dict[str, dict[tuple[int, int], d
     return {arm: {unit: units[unit] for unit in complete} for arm, units in runs.items()}, len(started)
 
 
-def paired(runs: dict, arm: str, baseline: str, metric: str) -> tuple[list, np.ndarray]:
-    """Units both arms ran, and the arm's metric minus the baseline's on each."""
-    shared = [unit for unit in runs[arm] if unit in runs[baseline]]
-    return shared, np.array([runs[arm][u][metric] - runs[baseline][u][metric] for u in shared])
+def unit_differences(runs: dict, arm: str, baseline: str, metric: str, unit: str) -> tuple[list, np.ndarray]:
+    """Units both arms ran and the arm's metric minus the baseline's on each: per (warm-start seed, RL seed) pair
+    (`unit="run"`), or per warm start, the mean over its RL seeds (`unit="warm_start"`)."""
+    shared = [unit_ for unit_ in runs[arm] if unit_ in runs[baseline]]
+    per_run = {u: runs[arm][u][metric] - runs[baseline][u][metric] for u in shared}
+    if unit == "run":
+        return shared, np.array(list(per_run.values()))
+    warm_seeds = sorted({warm for warm, _ in shared})
+    means = [np.mean([d for (w, _), d in per_run.items() if w == warm]) for warm in warm_seeds]
+    return warm_seeds, np.array(means)
+
+
+def study_cells(comparisons, regimes: dict[str, tuple[dict, dict]], unit: str) -> list[Cell]:
+    """Every comparison x metric x regime with at least 2 units, Holm-adjusted across all of them.
+
+    `regimes`: regime -> (its protocol, its runs by arm and unit)."""
+    cells = []
+    for regime, (protocol, runs) in regimes.items():
+        for arm, baseline in comparisons:
+            if arm not in runs or baseline not in runs:
+                continue
+            for metric in METRICS:
+                units, differences = unit_differences(runs, arm, baseline, metric, unit)
+                if differences.size >= 2:
+                    test = paired_test(differences, protocol["equivalence_margin"])
+                    cells.append(Cell(regime, arm, baseline, metric, tuple(units), test))
+    return with_holm(cells)
 
 
 def _mean_of(rounds: list[dict], key: str) -> float:
@@ -95,13 +86,13 @@ def _spread(values) -> str:
     return f"{values.mean():.3f} [{values.min():.3f}, {values.max():.3f}]"
 
 
-def regime_lines(protocol: dict, recorded_arms: dict, output_dir: str) -> tuple[list[str], dict, dict]:
-    """One regime's tables: warm starts, F_t and targeting while allocating, budget, per-arm means; its runs by arm
-    and unit; each arm's F_t while allocating (mean over units)."""
+def regime_lines(protocol: dict, recorded_arms: dict, output_dir: str) -> tuple[list[str], dict]:
+    """One regime's tables (warm starts, F_t and targeting while allocating, budget, per-arm means) and its runs by
+    arm and unit."""
     runs, started = load_units(output_dir, recorded_arms)
     declared = len(protocol["warm_start_seeds"]) * len(protocol["seeds"])
     if not next(iter(runs.values())):
-        return [f"No unit complete in every arm ({started} of the {declared} declared units started)."], runs, {}
+        return [f"No unit complete in every arm ({started} of the {declared} declared units started)."], runs
     epoch_rounds = protocol["num_train_prompts"] // protocol["prompts_per_round"]
     warm = []
     for seed in protocol["warm_start_seeds"]:
@@ -132,11 +123,9 @@ def regime_lines(protocol: dict, recorded_arms: dict, output_dir: str) -> tuple[
         "|---|---|---|---|---|---|---|---|---|",
     ]
     grpo_tokens = np.mean([r["tokens"] for r in runs["grpo"].values()]) if "grpo" in runs else float("nan")
-    regime = {}
     for arm, units in runs.items():
         values = list(units.values())
         allocating = [_mean_of(r["rounds"][epoch_rounds:], "F_t") for r in values]
-        regime[arm] = float(np.mean(allocating))
         targeting = [_mean_of(r["rounds"][epoch_rounds:], "targeting") for r in values]
         sd = [np.mean([x["sizes"][3] for x in r["rounds"][epoch_rounds:]] or [np.nan]) for r in values]
         tokens = np.mean([r["tokens"] for r in values])
@@ -157,32 +146,52 @@ def regime_lines(protocol: dict, recorded_arms: dict, output_dir: str) -> tuple[
         lines.append(
             f"| `{arm}` | " + " | ".join(cells) + f" | {np.mean([r['wall_time_s'] for r in units.values()]):.0f} |"
         )
-    return lines, runs, regime
+    return lines, runs
 
 
-def comparison_lines(runs: dict, comparisons, margin: float) -> tuple[list[str], list[tuple]]:
-    """The pre-registered comparisons, both metrics: per-unit differences, mean, 95% t-interval and verdict."""
+def run_unit_lines(cells: list[Cell]) -> list[str]:
+    """The pre-registered table of studies 3 and 4: per-unit differences, mean, 95% t-interval, interval verdict."""
     lines = [
         "| comparison | metric | differences per unit (warm-start seed, RL seed) | mean | 95% t-interval | verdict |",
         "|---|---|---|---|---|---|",
     ]
-    results = []
-    for arm, baseline in comparisons:
-        if arm not in runs or baseline not in runs:
-            continue
-        for metric, label in METRICS.items():
-            shared, differences = paired(runs, arm, baseline, metric)
-            if differences.size < 2:
-                continue
-            mean, low, high = interval(differences)
-            word = verdict(low, high, margin)
-            results.append((arm, baseline, metric, mean, low, high, word))
-            per_unit = ", ".join(f"{d:+.3f}" for d in differences)
-            lines.append(
-                f"| `{arm}` - `{baseline}` | {label} | {per_unit} | {mean:+.3f} | [{low:+.4f}, {high:+.4f}] | "
-                f"**{word}** |"
+    for cell in cells:
+        test = cell.test
+        lines.append(
+            f"| `{cell.arm}` - `{cell.baseline}` | {METRICS[cell.metric]} | {_signed(test.differences)} | "
+            f"{test.mean:+.3f} | [{test.low:+.4f}, {test.high:+.4f}] | "
+            f"**{interval_verdict(test.low, test.high, test.margin)}** |"
+        )
+    return lines
+
+
+def warm_start_lines(cells: list[Cell], runs_as_units: list[Cell] | None = None) -> list[str]:
+    """Warm starts as units, every regime in one table (Holm's family): per-warm-start differences, mean and 95%
+    t-interval, both p-values with their Holm adjustment, the verdict before and after it; with `runs_as_units`, the
+    pre-registered analysis of the same cells beside it (its verdict, p and Holm p)."""
+    header = (
+        "| regime | comparison | metric | differences per warm start (RL seeds averaged) | mean [95% t-interval] | "
+        "p (Holm) | p equivalence (Holm) | verdict | verdict after Holm |"
+    )
+    lines = [header, "|---|---|---|---|---|---|---|---|---|"]
+    if runs_as_units is not None:
+        lines = [header + " pre-registered (runs as units): verdict; p (Holm); after Holm |", lines[1] + "---|"]
+    for index, cell in enumerate(cells):
+        test = cell.test
+        row = (
+            f"| `{cell.regime}` | `{cell.arm}` - `{cell.baseline}` | {METRICS[cell.metric]} | "
+            f"{_signed(test.differences)} | {test.mean:+.3f} [{test.low:+.3f}, {test.high:+.3f}] | "
+            f"{test.p_difference:.3g} ({cell.holm_difference:.3g}) | "
+            f"{test.p_equivalence:.3g} ({cell.holm_equivalence:.3g}) | {cell.word} | **{cell.holm_word}** |"
+        )
+        if runs_as_units is not None:
+            run = runs_as_units[index]
+            row += (
+                f" {interval_verdict(run.test.low, run.test.high, run.test.margin)}; {run.test.p_difference:.3g} "
+                f"({run.holm_difference:.3g}); {run.holm_word} |"
             )
-    return lines, results
+        lines.append(row)
+    return lines
 
 
 def unit_lines(runs: dict) -> list[str]:
@@ -197,30 +206,116 @@ def unit_lines(runs: dict) -> list[str]:
     return lines
 
 
-def plot_intervals(results: dict, path: str) -> None:
+def _signed(values) -> str:
+    return ", ".join(f"{value:+.3f}" for value in values)
+
+
+def _where(cell: Cell) -> str:
+    return f"`{cell.regime}`, `{cell.arm}` - `{cell.baseline}`, {METRICS[cell.metric]}"
+
+
+WORDS = ("ahead", "behind", "equivalent", "not detected")
+
+
+def _margins(cells: list[Cell]) -> str:
+    return ", ".join(f"+-{margin:g}" for margin in sorted({cell.test.margin for cell in cells}))
+
+
+def _tally_row(name: str, words: list[str], cells: list[Cell] | None = None) -> str:
+    """One row of the verdict counts; with `cells`, their smallest p of a difference and where it is."""
+    counts = " | ".join(str(words.count(word)) for word in WORDS)
+    if cells is None:
+        return f"| {name} | {counts} | |"
+    first = min(cells, key=lambda cell: cell.test.p_difference)
+    return f"| {name} | {counts} | {first.test.p_difference:.3g} ({_where(first)}) |"
+
+
+def _sizes(cells: list[Cell]) -> tuple[str, str]:
+    """How many units the cells have, and the t-interval's degrees of freedom, in words."""
+    sizes = sorted({len(cell.units) for cell in cells})
+    if len(sizes) == 1:
+        return str(sizes[0]), f"{sizes[0] - 1} degree{'s' if sizes[0] > 2 else ''} of freedom"
+    return f"{sizes[0]} to {sizes[-1]}", "n - 1 degrees of freedom"
+
+
+def holm_lines(cells: list[Cell], runs_as_units: list[Cell] | None = None) -> list[str]:
+    """How the warm-start analysis was done, its table, and what Holm's correction leaves; with `runs_as_units`,
+    beside the pre-registered analysis of the same cells."""
+    count, df = _sizes(cells)
+    lines = [
+        f"Warm starts as units: a warm start's difference is the mean over its RL seeds, then the mean and 95% "
+        f"t-interval over the {count} warm starts (t with {df}). *p*: the two-sided t-test of a zero difference; "
+        f"*p equivalence*: the two one-sided tests against {_margins(cells)} (twice the larger p-value: below 0.05 "
+        f"exactly when the 95% interval lies inside the margin). Holm's correction runs across all {len(cells)} cells "
+        "below (every regime, comparison and metric), for each kind of p-value; verdicts at 5%: ahead / behind when "
+        "p is below 0.05, else equivalent when p equivalence is, else not detected, once with the p-values as they "
+        "are and once with Holm's (`benchmarks/study_analysis.py`). Intervals are rounded once, to 3 decimals, from "
+        "the full values; p-values to 3 significant digits.",
+    ]
+    if runs_as_units is not None:
+        lines[0] += (
+            f" The last column is the pre-registered analysis of the same cells ({_sizes(runs_as_units)[0]} runs as "
+            "units): its interval verdict, and its p-value and verdict with Holm's correction applied the same way."
+        )
+    lines += [
+        "",
+        *warm_start_lines(cells, runs_as_units),
+        "",
+        f"Verdicts over the {len(cells)} cells (Holm's first threshold: {LEVEL} / {len(cells)} = "
+        f"{LEVEL / len(cells):.3g}):",
+        "",
+        "| analysis | " + " | ".join(WORDS) + " | smallest p of a difference |",
+        "|---|---|---|---|---|---|",
+    ]
+    if runs_as_units is not None:
+        preregistered = [interval_verdict(c.test.low, c.test.high, c.test.margin) for c in runs_as_units]
+        lines += [
+            _tally_row("runs as units, as pre-registered", preregistered, runs_as_units),
+            _tally_row("runs as units, Holm", [c.holm_word for c in runs_as_units]),
+        ]
+    lines += [
+        _tally_row("warm starts as units", [c.word for c in cells], cells),
+        _tally_row("warm starts as units, Holm", [c.holm_word for c in cells]),
+    ]
+    if runs_as_units is not None:
+        changed = sum(a != b.word for a, b in zip(preregistered, cells, strict=True))
+        changed_holm = sum(a != b.holm_word for a, b in zip(preregistered, cells, strict=True))
+        lines += [
+            "",
+            f"Verdicts that differ from the pre-registered ones: {changed} of {len(cells)} with warm starts as units, "
+            f"{changed_holm} of {len(cells)} with warm starts as units and Holm.",
+        ]
+    return lines
+
+
+def plot_intervals(cells: list[Cell], path: str, title: str) -> None:
     """Each comparison's mean difference and 95% t-interval, one panel per metric, one colour per regime."""
+    regimes = list(dict.fromkeys(cell.regime for cell in cells))
     figure, axes = plt.subplots(1, len(METRICS), figsize=(5.2 * len(METRICS), 3.8), sharey=True, squeeze=False)
     markers = ["o", "s", "^", "D"]
     for axis, (metric, label) in zip(axes[0], METRICS.items(), strict=True):
-        for offset, (regime, rows) in enumerate(results.items()):
-            rows = [row for row in rows if row[2] == metric]
-            positions = np.arange(len(rows)) + 0.15 * (offset - (len(results) - 1) / 2)
-            means = np.array([row[3] for row in rows])
-            errors = np.array([[row[3] - row[4] for row in rows], [row[5] - row[3] for row in rows]])
+        for offset, regime in enumerate(regimes):
+            rows = [cell for cell in cells if cell.metric == metric and cell.regime == regime]
+            positions = np.arange(len(rows)) + 0.15 * (offset - (len(regimes) - 1) / 2)
+            means = np.array([cell.test.mean for cell in rows])
+            errors = np.array([[c.test.mean - c.test.low for c in rows], [c.test.high - c.test.mean for c in rows]])
             axis.errorbar(means, positions, xerr=errors, fmt=markers[offset % 4], capsize=3, label=regime)
-            axis.set_yticks(range(len(rows)), [f"{row[0]} - {row[1]}" for row in rows], fontsize=8)
+            axis.set_yticks(range(len(rows)), [f"{cell.arm} - {cell.baseline}" for cell in rows], fontsize=8)
         axis.axvline(0.0, color="black", linewidth=0.8)
-        for edge in (-0.02, 0.02):
-            axis.axvline(edge, color=COLORS["grpo"], linestyle=":", linewidth=0.8)
+        for edge in sorted({cell.test.margin for cell in cells}):
+            for side in (-edge, edge):
+                axis.axvline(side, color=COLORS["grpo"], linestyle=":", linewidth=0.8)
         axis.set(xlabel=f"difference in {label}", title=label)
         axis.grid(alpha=0.3, axis="x")
         axis.legend(fontsize=8)
-    figure.suptitle("Paired differences: mean and 95% t-interval over units (dotted: +-0.02)", fontsize=10)
+    figure.suptitle(title, fontsize=10)
     save_figure(figure, path)
 
 
-def interval_sections(study, recorded: dict, output_dir: str, docs_dir: str) -> tuple[list[str], list[str]]:
-    """Every regime of the study: its tables and comparisons; one plot of all intervals."""
+def interval_sections(study, recorded: dict, output_dir: str, docs_dir: str) -> tuple[dict[str, list[str]], list[str]]:
+    """Every regime of the study: its tables, comparisons and runs, and one plot of all intervals. Returns the
+    generated blocks by marker (with `unit="run"`, also `<marker>_reanalysis`: the warm-start analysis with Holm
+    beside the pre-registered one) and the written plots."""
     machine, numerics = recorded["machine"], recorded["numerics"]
     lines = [
         f"Code at commit `{recorded['commit'][:12]}`; machine {machine['cpu_model']}, {machine['nproc']} cores, load "
@@ -236,29 +331,38 @@ def interval_sections(study, recorded: dict, output_dir: str, docs_dir: str) -> 
             f" The whole study: {timing['wall_time_s'] / 60:.1f} min wall, runs two at a time with one torch thread "
             f"each; load {', '.join(str(v) for v in timing['load_average'])} at the end."
         )
-    all_results = {}
+    regimes, bodies = {}, {}
     for regime, protocol in recorded["protocol"].items():
-        regime_dir = os.path.join(output_dir, regime)
-        body, runs, _ = regime_lines(protocol, recorded["arms"], regime_dir)
-        comparisons, all_results[regime] = comparison_lines(runs, study.comparisons, protocol["equivalence_margin"])
-        lines += [
-            "",
-            f"### Regime `{regime}`: {protocol['description']}",
-            "",
-            *body,
-            "",
-            f"#### Regime `{regime}`: pre-registered comparisons (paired by unit)",
-            "",
-            *comparisons,
-            "",
-            f"#### Regime `{regime}`: every run",
-            "",
-            *unit_lines(runs),
-        ]
+        bodies[regime], runs = regime_lines(protocol, recorded["arms"], os.path.join(output_dir, regime))
+        regimes[regime] = (protocol, runs)
+    cells = study_cells(study.comparisons, regimes, study.unit)
+    for regime, (protocol, runs) in regimes.items():
+        heading = f"#### {study.label}, regime `{regime}`"
+        lines += ["", heading, "", f"Regime `{regime}`: {protocol['description']}.", "", *bodies[regime], ""]
+        if study.unit == "run":
+            regime_cells = [cell for cell in cells if cell.regime == regime]
+            lines += [f"{heading}: pre-registered comparisons", "", *run_unit_lines(regime_cells), ""]
+        lines += [f"{heading}: every run", "", *unit_lines(runs)]
         if study.report_extras and next(iter(runs.values()), None):
-            lines += ["", *extra_lines(study.report_extras, runs, protocol, f"Regime `{regime}`: ")]
+            lines += ["", *extra_lines(study.report_extras, runs, protocol, f"{heading}: ")]
             lines.pop()
-    path = os.path.join(docs_dir, f"{study.plot_prefix}_intervals.png")
-    plot_intervals(all_results, path)
-    lines += ["", f"![paired differences with 95% t-intervals]({study.plot_prefix}_intervals.png)"]
-    return lines, [path]
+    prefix, written = study.plot_prefix, []
+    if study.unit == "warm_start":
+        lines += ["", f"#### {study.label}: comparisons (warm starts as units, Holm)", "", *holm_lines(cells)]
+    over = "warm starts" if study.unit == "warm_start" else "units"
+    margins = _margins(cells)
+    written.append(os.path.join(docs_dir, f"{prefix}_intervals.png"))
+    plot_intervals(cells, written[-1], f"Paired differences: mean and 95% t-interval over {over} (dotted: {margins})")
+    lines += ["", f"![paired differences with 95% t-intervals]({prefix}_intervals.png)"]
+    blocks = {study.marker: lines}
+    if study.unit == "run":
+        warm = study_cells(study.comparisons, regimes, "warm_start")
+        written.append(os.path.join(docs_dir, f"{prefix}_warm_start_intervals.png"))
+        title = f"Re-analysis: mean and 95% t-interval over warm starts (dotted: {margins})"
+        plot_intervals(warm, written[-1], title)
+        blocks[f"{study.marker}_reanalysis"] = [
+            *holm_lines(warm, cells),
+            "",
+            f"![paired differences over warm starts with 95% t-intervals]({prefix}_warm_start_intervals.png)",
+        ]
+    return blocks, written

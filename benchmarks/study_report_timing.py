@@ -79,13 +79,14 @@ def phase_rows(runs: dict, protocol: dict) -> list[str]:
 
 
 def extra_lines(extras, runs: dict, protocol: dict, heading: str) -> list[str]:
-    """The optional sections a study asks for (`Study.report_extras`): `"wall_time"`, `"phases"`."""
+    """The optional sections a study asks for (`Study.report_extras`): `"wall_time"`, `"phases"`, each under a
+    heading that starts with `heading`."""
     lines = []
     if "wall_time" in extras:
         lines += [
-            f"#### {heading}wall time (median [min, max] over units; runs two at a time, one torch thread each)",
+            f"{heading}wall time",
             "",
-            "*Training s*: seconds inside `trainer.train()` with the held-out evaluations left out; *run wall s*: the "
+            "Median [min, max] over units; runs two at a time, one torch thread each. *Training s*: seconds inside `trainer.train()` with the held-out evaluations left out; *run wall s*: the "
             "whole run (loading, evaluations, avg@16 sampling). Generation seconds: each round's generation-and-"
             "scoring calls (mean over rounds and units), phase 1 (with two phases, the screening) and phase 2.",
             "",
@@ -94,7 +95,9 @@ def extra_lines(extras, runs: dict, protocol: dict, heading: str) -> list[str]:
         ]
     if "phases" in extras:
         lines += [
-            f"#### {heading}zero-variance groups, drops and rescues (mean over units of the per-round values)",
+            f"{heading}zero-variance groups, drops and rescues",
+            "",
+            "Mean over units of the per-round values.",
             "",
             *phase_rows(runs, protocol),
             "",

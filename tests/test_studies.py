@@ -103,14 +103,26 @@ def test_shuffled_arm_hands_cobas_sizes_to_a_seeded_permutation_of_the_prompts()
 
 
 def test_interval_verdicts_follow_the_pre_registered_words():
-    intervals = load_benchmark("study_report_intervals")
-    assert intervals.t_quantile(0.975, 5) == pytest.approx(2.5706, abs=1e-4)
-    mean, low, high = intervals.interval([0.01, 0.03, 0.02, 0.04, 0.02, 0.03])
-    assert mean == pytest.approx(0.025) and low > 0 and intervals.verdict(low, high, 0.02) == "ahead"
-    assert intervals.verdict(-0.05, -0.001, 0.02) == "behind"
-    assert intervals.verdict(-0.015, 0.019, 0.02) == "equivalent"
-    assert intervals.verdict(-0.016, 0.021, 0.02) == "not detected"
-    assert intervals.verdict(0.001, 0.015, 0.02) == "ahead"  # excluding 0 is checked first
+    analysis = load_benchmark("study_analysis")
+    assert analysis.t_quantile(0.975, 5) == pytest.approx(2.5706, abs=1e-4)
+    mean, low, high = analysis.interval([0.01, 0.03, 0.02, 0.04, 0.02, 0.03])
+    assert mean == pytest.approx(0.025) and low > 0 and analysis.interval_verdict(low, high, 0.02) == "ahead"
+    assert analysis.interval_verdict(-0.05, -0.001, 0.02) == "behind"
+    assert analysis.interval_verdict(-0.015, 0.019, 0.02) == "equivalent"
+    assert analysis.interval_verdict(-0.016, 0.021, 0.02) == "not detected"
+    assert analysis.interval_verdict(0.001, 0.015, 0.02) == "ahead"  # excluding 0 is checked first
+
+
+def test_future_studies_take_the_warm_start_as_the_unit_and_studies_3_and_4_keep_their_pre_registered_one():
+    studies = {study.name: study for study in declarations()}
+    assert load_benchmark("studies").Study.__dataclass_fields__["unit"].default == "warm_start"
+    assert studies["warm_starts"].unit == studies["phases"].unit == "run"
+    assert [studies[name].label for name in ("allocators", "regime", "phases", "warm_starts")] == [
+        "Study 1",
+        "Study 2",
+        "Study 3 rerun",
+        "Study 4",
+    ]
 
 
 def test_studies_1_and_2_keep_their_sign_rule():

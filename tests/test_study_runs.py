@@ -1,5 +1,6 @@
 """Smoke runs of benchmarks/study_runner.py at tiny sizes (`--quick`): every declared study pilots, runs and reports."""
 
+import dataclasses
 import json
 import os
 import shutil
@@ -98,6 +99,15 @@ def test_study_4_units_record_small_json_and_the_report_regenerates_byte_for_byt
     assert "# kept" in first.read_text() and "95% t-interval" in first.read_text()
     png = [docs_dir / name / "warm_starts_intervals.png" for name in ("first", "second")]
     assert png[0].read_bytes() == png[1].read_bytes()
+    assert "### Study 4: re-analysis after the results (warm starts as units, Holm)" in first.read_text()
+
+    # A future study's default: warm starts as units (2 here), Holm-adjusted verdicts beside the raw ones.
+    study = dataclasses.replace(load_benchmark("studies").load_study("warm_starts"), unit="warm_start")
+    load_benchmark("study_report").write_report(study, output_dir, str(docs_dir / "default"))
+    report = (docs_dir / "default" / "results.md").read_text()
+    assert "#### Study 4: comparisons (warm starts as units, Holm)" in report
+    assert "| verdict | verdict after Holm |" in report and "pre-registered comparisons" not in report
+    assert "over the 2 warm starts (t with 1 degree of freedom)" in report and "re-analysis" not in report
 
 
 @pytest.mark.parametrize("name", ["phases", "warm_starts"])

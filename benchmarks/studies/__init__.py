@@ -23,11 +23,16 @@ class Study:
     without uses its single `warm_start_seed` (studies 1 and 2, whose raw files keep their `<arm>_seed<k>.json` names).
     `regimes` name protocol overrides run side by side (each its own warm starts and subfolder); `{"": {}}` is one.
     `analysis` picks the report's comparison rule: `"seeds"` (studies 1 and 2: sign of the per-seed differences) or
-    `"intervals"` (95% t-intervals over units, verdicts ahead / behind / equivalent / not detected).
+    `"intervals"` (95% t-intervals, verdicts ahead / behind / equivalent / not detected, `study_analysis.py`).
+    `unit` is what an `"intervals"` analysis counts: `"warm_start"` (the default: each warm start's difference is the
+    mean over its RL seeds, t with n_warm_starts - 1 df, Holm-adjusted verdicts beside the raw ones) or `"run"`
+    (each (warm-start seed, RL seed) pair, as studies 3 and 4 were pre-registered; their report adds the warm-start
+    re-analysis after the pre-registered one).
     """
 
     name: str  # the declaration's file name in benchmarks/studies/
     title: str
+    label: str  # the prefix of the report's headings in docs/results.md, e.g. "Study 4"
     protocol: dict
     arms: dict[str, dict]
     quick: dict  # the smoke test's overrides (CI)
@@ -36,6 +41,7 @@ class Study:
     output_dir: str  # raw results (per-run JSON); checkpoints too unless `scratch_dir` is set
     comparisons: tuple[tuple[str, str], ...]  # (arm, baseline) pairs the analysis reports, in order
     analysis: str = "seeds"
+    unit: str = "warm_start"  # "warm_start" or "run" (an "intervals" analysis)
     regimes: dict[str, dict] = field(default_factory=lambda: {"": {}})
     report_extras: tuple[str, ...] = ()  # "wall_time", "phases" (study 3; `"intervals"` studies)
     record: str = "full"  # "compact": evaluations and per-round summaries only (small JSON meant to be committed)

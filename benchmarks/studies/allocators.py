@@ -8,7 +8,7 @@ here, independent of the demo's defaults (`coba_trl.demo.config`). Superseded by
 
 from studies import Study
 
-# The protocol (docs/results.md, "Protocol"): fixed before any arm ran.
+# The protocol (docs/results.md, "Study 1: protocol"): fixed before any arm ran.
 PROTOCOL: dict = {
     "hidden_size": 64,
     "num_layers": 2,
@@ -66,6 +66,7 @@ QUICK: dict = {
 STUDY = Study(
     name="allocators",
     title="Study 1 (CoBA vs Knapsack-RL vs GRPO)",
+    label="Study 1",
     protocol=PROTOCOL,
     arms=ARMS,
     quick=QUICK,

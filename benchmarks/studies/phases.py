@@ -1,8 +1,9 @@
 """Study 3: two-phase rounds and zero-variance groups at an equal rollout budget, in study 2's regime.
 
-This file is the protocol of study 3 as it runs now (docs/results.md, "Study 3: protocol of the rerun"): study 3's
+This file is the protocol of study 3 as it runs now (docs/results.md, "Study 3 rerun: protocol"): study 3's
 regime, arms and comparisons, on pinned CPU numerics, with (warm-start seed, RL seed) units and study 4's 95%
-t-interval verdicts. The first run of study 3 (one warm start, RL seeds as units, the sign rule, unpinned numerics
+t-interval verdicts (`unit="run"`; the report adds the re-analysis with warm starts as units and Holm's
+correction). The first run of study 3 (one warm start, RL seeds as units, the sign rule, unpinned numerics
 on another machine) is kept in docs/results.md as a record; its raw runs were not kept.
 """
 
@@ -37,6 +38,7 @@ PHASES_ARMS: dict[str, dict] = {
 STUDY = Study(
     name="phases",
     title="Study 3 (two-phase rounds and zero-variance groups)",
+    label="Study 3 rerun",
     protocol=PHASES_PROTOCOL,
     arms=PHASES_ARMS,
     quick={**QUICK, "seeds": [0], "warm_start_seeds": [0, 1]},
@@ -52,6 +54,7 @@ STUDY = Study(
         *((arm, "grpo") for arm in ("coba", "coba_2phase", "coba_rescue")),
     ),
     analysis="intervals",
+    unit="run",  # as pre-registered; the report adds the warm-start re-analysis
     regimes={"study_2_regime": {}},
     report_extras=("wall_time", "phases"),
     record="compact",

@@ -27,6 +27,7 @@ REGIME_ARMS: dict[str, dict] = {
 STUDY = Study(
     name="regime",
     title="Study 2 (the regime F_t < 0.5)",
+    label="Study 2",
     protocol=REGIME_PROTOCOL,
     arms=REGIME_ARMS,
     quick=QUICK,

@@ -1,8 +1,9 @@
 """Study 4: CoBA, its weighting and its targeting against GRPO and Knapsack-RL over warm starts, in two F_t regimes.
 
-Pre-registered in docs/results.md ("Study 4: protocol"); this file is that protocol in code. Units are (warm-start
-seed, RL seed) pairs: the warm-start seed sets the tiny model's initialisation and the order of its supervised
-batches, the RL seed the RL run's sampling. Regime `demo` is the CPU demo's configuration exactly
+Pre-registered in docs/results.md ("Study 4: protocol"); this file is that protocol in code. Its units are
+(warm-start seed, RL seed) pairs (`unit="run"`): the warm-start seed sets the tiny model's initialisation and the
+order of its supervised batches, the RL seed the RL run's sampling; the report adds the re-analysis with warm starts
+as units and Holm's correction. Regime `demo` is the CPU demo's configuration exactly
 (`coba_trl.demo.config`: `DEMO_TRAINING_ARGS` and the `DemoArguments` defaults; a test keeps them equal), so that the
 demo's single run is unit (0, 0) of that regime; regime `longer_warm_start` is the same with 600 warm-start steps
 instead of 300, a stronger start whose F_t while allocating the pilot put below 0.5 (the demo's above it).
@@ -82,6 +83,7 @@ QUICK: dict = {
 STUDY = Study(
     name="warm_starts",
     title="Study 4 (warm starts, weighting and targeting)",
+    label="Study 4",
     protocol=PROTOCOL,
     arms=ARMS,
     quick=QUICK,
@@ -98,6 +100,7 @@ STUDY = Study(
         ("coba", "coba_shuffled"),
     ),
     analysis="intervals",
+    unit="run",  # as pre-registered; the report adds the warm-start re-analysis
     regimes=REGIMES,
     record="compact",
 )
