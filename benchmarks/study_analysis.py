@@ -12,8 +12,8 @@ Holm's step-down correction is applied to each kind across every comparison a st
 m p-values is multiplied by m - i + 1, and an adjusted p-value is never below the one before it. Verdicts: "ahead" /
 "behind" when `p_difference` < 0.05 (the sign of the mean says which), checked first; "equivalent" when
 `p_equivalence` < 0.05; "not detected" otherwise. Unadjusted, these are the interval rule that studies 3 and 4
-pre-registered (`interval_verdict`); Holm-adjusted, every verdict word of a study holds its family's chance of any
-false claim at 5%.
+pre-registered (`interval_verdict`); Holm-adjusted, each family (the difference tests, the equivalence tests) has at
+most a 5% chance of holding any false claim.
 """
 
 from __future__ import annotations

@@ -241,6 +241,8 @@ def _sizes(cells: list[Cell]) -> tuple[str, str]:
 def holm_lines(cells: list[Cell], runs_as_units: list[Cell] | None = None) -> list[str]:
     """How the warm-start analysis was done, its table, and what Holm's correction leaves; with `runs_as_units`,
     beside the pre-registered analysis of the same cells."""
+    if not cells:
+        return ["No comparison has 2 warm starts that both of its arms completed: no interval over warm starts."]
     count, df = _sizes(cells)
     lines = [
         f"Warm starts as units: a warm start's difference is the mean over its RL seeds, then the mean and 95% "

@@ -84,6 +84,9 @@ def test_the_report_table_shows_both_verdicts_and_the_adjusted_p_values():
     assert row.startswith("| `regime` | `a` - `base` | final held-out greedy accuracy | -0.040, -0.030, -0.020 |")
     assert "-0.030 [-0.055, -0.005]" in row and "0.0351 (0.105)" in row
     assert row.endswith("| behind | **not detected** |")
+    assert intervals.holm_lines([]) == [  # a study stopped before 2 warm starts completed reports no interval
+        "No comparison has 2 warm starts that both of its arms completed: no interval over warm starts."
+    ]
 
 
 def test_t_distribution_matches_its_closed_forms():
