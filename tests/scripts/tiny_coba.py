@@ -110,21 +110,16 @@ class RoundRecorder:
         trainer._plan_round = record
 
 
+# 2 processes x 3 completions x 2 steps per generation, G = 4: 12 completions for 3 distinct prompts per round, a layout
+# where the prompts of a round do not divide over the processes (stock GRPO trains it).
+ODD_LAYOUT = dict(per_device_train_batch_size=3, num_generations=4, steps_per_generation=2, max_steps=6, seed=3)
+
+
 def _odd_layout_args(out_dir: str, **overrides):
-    """2 processes x 3 completions x 2 steps per generation, G = 4: 12 completions for 3 distinct prompts per round,
-    a layout where the prompts of a round do not divide over the processes (stock GRPO trains it)."""
+    """A CoBAConfig of `ODD_LAYOUT`."""
     from coba_trl import CoBAConfig
 
-    config = dict(
-        per_device_train_batch_size=3,
-        num_generations=4,
-        steps_per_generation=2,
-        max_steps=6,
-        min_generations=1,
-        prompt_id_column="uid",
-        seed=3,
-        **TINY_ARGS,
-    )
+    config = dict(ODD_LAYOUT, min_generations=1, prompt_id_column="uid", **TINY_ARGS)
     return CoBAConfig(output_dir=out_dir, **{**config, **overrides})
 
 
@@ -134,13 +129,22 @@ def main(out_dir: str, mode: str = "scripted", resume_from: str | None = None) -
     `scripted`: scripted uneven group sizes, parity reward. `coba`: the CoBA allocator with a step-dependent reward,
     a checkpoint every step (resume with a third argument, the checkpoint folder). `two-phase`: `coba` with two-phase
     rounds and rescued zero-variance groups. `fail`: `scripted` with an allocator that raises in round 2, on process 0
-    only; every rank writes the error it raised to OUT_DIR/rank{R}.error.
+    only; every rank writes the error it raised to OUT_DIR/rank{R}.error. `uniform`: the uniform allocator, parity
+    reward; `grpo`: TRL's GRPOTrainer in the same layout.
     """
+    from trl import GRPOConfig, GRPOTrainer
+
     from coba_trl import CoBAGRPOTrainer
 
     model, tokenizer = tiny_model()
     dataset = prompt_dataset(6, repeats=2)  # 3 prompts per round: later rounds see prompts with history
-    if mode == "scripted":
+    if mode == "grpo":
+        args = GRPOConfig(output_dir=out_dir, **ODD_LAYOUT, **TINY_ARGS)
+        trainer = GRPOTrainer(model, parity_reward, args=args, train_dataset=dataset, processing_class=tokenizer)
+    elif mode == "uniform":
+        args = _odd_layout_args(out_dir, budget_allocator="uniform")
+        trainer = CoBAGRPOTrainer(model, parity_reward, args=args, train_dataset=dataset, processing_class=tokenizer)
+    elif mode == "scripted":
         args = _odd_layout_args(out_dir, pass_rate_window=3)
         trainer = CoBAGRPOTrainer(model, parity_reward, args=args, train_dataset=dataset, processing_class=tokenizer)
         sizes = iter([[1, 9, 2], [2, 3, 7], [6, 5, 1]])
@@ -171,22 +175,23 @@ def main(out_dir: str, mode: str = "scripted", resume_from: str | None = None) -
             out_dir, max_steps=8, coba_window=3, pass_rate_window=2, save_strategy="steps", save_steps=1, **two_phase
         )
         trainer = CoBAGRPOTrainer(model, step_reward, args=args, train_dataset=dataset, processing_class=tokenizer)
-    recorder, rounds = Recorder(trainer), RoundRecorder(trainer)
+    coba = isinstance(trainer, CoBAGRPOTrainer)
+    recorder, rounds = Recorder(trainer), RoundRecorder(trainer) if coba else None
     trainer.train(resume_from_checkpoint=resume_from)
-    rank = trainer.accelerator.process_index
-    with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
-        json.dump(
-            {
-                "rows": [len(a) for a in recorder.advantages],
-                "rewards": [r.tolist() for r in recorder.rewards],
-                "rounds": rounds.rounds,
-                "local_rows": recorder.local_rows,
-                "history": trainer.pass_rate_history.state_dict(),
-                "allocator": trainer.allocator.state_dict(),
-                "global_step": trainer.state.global_step,
-            },
-            f,
+    seen = {
+        "rows": [len(a) for a in recorder.advantages],
+        "rewards": [r.tolist() for r in recorder.rewards],
+        "local_rows": recorder.local_rows,
+        "global_step": trainer.state.global_step,
+    }
+    if coba:
+        seen.update(
+            rounds=rounds.rounds,
+            history=trainer.pass_rate_history.state_dict(),
+            allocator=trainer.allocator.state_dict(),
         )
+    with open(os.path.join(out_dir, f"rank{trainer.accelerator.process_index}.json"), "w") as f:
+        json.dump(seen, f)
     # The script owns the process group: destroy it, then leave without interpreter finalization, which a gloo worker
     # thread still releasing a collective's tensors can abort (a PyTorch bug; docs/training.md, Teardown).
     trainer.accelerator.end_training()
