@@ -8,18 +8,19 @@ mean +- t(0.975, n - 1) sd / sqrt(n), and two p-values from the same t statistic
 - `p_equivalence`: the two one-sided tests (TOST) of a difference at or beyond -margin and at or beyond +margin,
   twice the larger of the two p-values, below 0.05 exactly when the 95% interval lies inside +-margin.
 
-Holm's step-down correction is applied to each kind across every comparison a study reports: the i-th smallest of
-m p-values is multiplied by m - i + 1, and an adjusted p-value is never below the one before it. Verdicts: "ahead" /
-"behind" when `p_difference` < 0.05 (the sign of the mean says which), checked first; "equivalent" when
-`p_equivalence` < 0.05; "not detected" otherwise. Unadjusted, these are the interval rule that studies 3 and 4
-pre-registered (`interval_verdict`); Holm-adjusted, each family (the difference tests, the equivalence tests) has at
-most a 5% chance of holding any false claim.
+Holm's step-down correction is applied to `p_difference` across every comparison a study reports (the family the
+report declares): the i-th smallest of m p-values is multiplied by m - i + 1, and an adjusted p-value is never below
+the one before it. Verdicts: "ahead" / "behind" when `p_difference` < 0.05 (the sign of the mean says which), checked
+first; "equivalent" when `p_equivalence` < 0.05; "not detected" otherwise. Unadjusted, these are the interval rule
+that studies 3 and 4 pre-registered (`interval_verdict`). After Holm, "ahead" / "behind" need the adjusted
+`p_difference` below 0.05, so the family of difference claims has at most a 5% chance of holding a false one;
+"equivalent" stays the pre-registered equivalence rule (the 95% interval inside the stated margin), not adjusted.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -117,7 +118,8 @@ def holm(p_values) -> list[float]:
 
 
 def verdict(mean: float, p_difference: float, p_equivalence: float) -> str:
-    """The verdict word from a comparison's two p-values, unadjusted or Holm-adjusted (module docstring)."""
+    """The verdict word from a comparison's p-value of a difference (unadjusted or Holm-adjusted) and its
+    equivalence p-value (module docstring)."""
     if p_difference < LEVEL:
         return "ahead" if mean > 0 else "behind"
     if p_equivalence < LEVEL:
@@ -127,7 +129,8 @@ def verdict(mean: float, p_difference: float, p_equivalence: float) -> str:
 
 @dataclass(frozen=True)
 class Cell:
-    """One reported comparison (arm - baseline, one metric, one regime) with its test and Holm-adjusted p-values."""
+    """One reported comparison (arm - baseline, one metric, one regime) with its test and its Holm-adjusted p-value of
+    a difference."""
 
     regime: str
     arm: str
@@ -136,7 +139,6 @@ class Cell:
     units: tuple
     test: PairedTest
     holm_difference: float = 1.0
-    holm_equivalence: float = 1.0
 
     @property
     def word(self) -> str:
@@ -144,14 +146,10 @@ class Cell:
 
     @property
     def holm_word(self) -> str:
-        return verdict(self.test.mean, self.holm_difference, self.holm_equivalence)
+        return verdict(self.test.mean, self.holm_difference, self.test.p_equivalence)
 
 
 def with_holm(cells: list[Cell]) -> list[Cell]:
-    """The cells with Holm's correction applied across all of them, to each kind of p-value separately."""
-    differences = holm([cell.test.p_difference for cell in cells])
-    equivalences = holm([cell.test.p_equivalence for cell in cells])
-    return [
-        Cell(c.regime, c.arm, c.baseline, c.metric, c.units, c.test, d, e)
-        for c, d, e in zip(cells, differences, equivalences, strict=True)
-    ]
+    """The cells with Holm's correction of the p-values of a difference applied across all of them."""
+    adjusted = holm([cell.test.p_difference for cell in cells])
+    return [replace(cell, holm_difference=p) for cell, p in zip(cells, adjusted, strict=True)]
