@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import os
+from contextlib import nullcontext
 
 import numpy as np
 from accelerate.logging import get_logger
@@ -28,6 +29,7 @@ from coba_trl.checkpoint import STATE_FILE, encode_round, load_state, save_state
 from coba_trl.compat import check_trl_compatibility
 from coba_trl.config import CoBAConfig
 from coba_trl.distributed import shared_call
+from coba_trl.generation.vllm_backend import built_by_trl, check_vllm_installed
 from coba_trl.grouping import deal_groups, expected_length_weight
 from coba_trl.model_card import PAPER, complete_model_card
 from coba_trl.round import (
@@ -108,12 +110,14 @@ class CoBAGRPOTrainer(GRPOTrainer):
         check_dataset(train_dataset, args.prompt_id_column, args.prior_pass_rate_column)
         check_reward_columns(reward_funcs, train_dataset.column_names)
         check_generation_kwargs(args.generation_kwargs, args.use_vllm)
+        check_vllm_installed(args.use_vllm)
         # GRPOConfig makes generation_batch_size a multiple of the processes and of steps_per_generation.
         self._prompts_per_round = args.generation_batch_size // args.num_generations
         if args.two_phase_rounds:
             check_two_phase_layout(self._prompts_per_round, args.min_generations, args.world_size)
         self._coba_columns = [c for c in (args.prompt_id_column, args.prior_pass_rate_column) if c is not None]
-        super().__init__(model, reward_funcs, args, train_dataset, **kwargs)
+        with built_by_trl() if args.use_vllm else nullcontext():  # TRL builds coba-trl's vLLM backend (generation/)
+            super().__init__(model, reward_funcs, args, train_dataset, **kwargs)
         check_context_length(self.model, self.processing_class, train_dataset, args)
         self._success_index = check_success_reward(args.success_reward_func, self.reward_func_names)
         self.allocator = args.build_allocator()
@@ -183,11 +187,14 @@ class CoBAGRPOTrainer(GRPOTrainer):
         prompt_ids = self._round_prompt_ids(inputs, prompts)
         phases, screening = [], None
         if self.args.two_phase_rounds:  # phase 1: min_generations completions for every prompt
-            phases.append(self._generate_phase(prompts, np.full(len(prompts), self.args.min_generations), None))
+            screen_sizes = np.full(len(prompts), self.args.min_generations)
+            phases.append(self._generate_phase(prompts, screen_sizes, None, stay_awake=True))
             screening = screen_round(phases[0], Scoring.of(self), len(prompts), self.args.min_generations)
         plan = self._plan_round(prompts, prompt_ids, screening)
         if plan.remaining.sum() > 0:
             phases.append(self._generate_phase(prompts, plan.remaining, plan.pass_rates))
+        if self.use_vllm:
+            self.vllm_generation.sleep()  # the round is done generating (sleep mode; a no-op otherwise)
         scored = score_round(
             plan,
             phases,
@@ -221,18 +228,27 @@ class CoBAGRPOTrainer(GRPOTrainer):
         budget, cap = self.args.generation_batch_size, self.args.max_generations
         return plan_round(prompt_ids, self.allocator, self.pass_rate_history, budget, cap, prior, screening, rescue)
 
-    def _generate_phase(self, prompts: list[dict], group_sizes: np.ndarray, pass_rates: np.ndarray | None) -> Phase:
-        """Deal the rows of `group_sizes` over the processes and run TRL's generation and scoring on this one's."""
+    def _generate_phase(
+        self, prompts: list[dict], group_sizes: np.ndarray, pass_rates: np.ndarray | None, stay_awake: bool = False
+    ) -> Phase:
+        """Deal the rows of `group_sizes` over the processes and run TRL's generation and scoring on this one's.
+
+        `stay_awake`: another phase of this round follows, so a sleeping vLLM engine stays awake after generating.
+        """
         weights = None if pass_rates is None else expected_length_weight(pass_rates)
         dealt = deal_groups(group_sizes, self.accelerator.num_processes, weights)
         local_rows = [dict(prompts[group]) for group in dealt[self.accelerator.process_index]]
         self._captured_rewards = None  # set again by this call's `_calculate_rewards`, never carried over
         mean_group_size = self.num_generations
         self.num_generations = 1  # one completion per expanded row, in every generation backend
+        if self.use_vllm:
+            self.vllm_generation.stay_awake = stay_awake
         try:
             output = super()._generate_and_score_completions(local_rows)
         finally:
             self.num_generations = mean_group_size
+            if self.use_vllm:
+                self.vllm_generation.stay_awake = False
         rewards, group_ids = self._captured_rewards, np.concatenate(dealt)
         check_phase_rewards(rewards, len(group_ids), len(self.reward_funcs))
         return Phase(output, rewards, group_ids)

@@ -3,6 +3,8 @@ import os
 
 import pytest
 
+pytest_plugins = ["scripts.vllm_fixtures"]
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")

@@ -50,6 +50,9 @@ class DemoArguments:
             Hidden size of the tiny Qwen2 model built locally.
         demo_num_layers (`int`, *optional*, defaults to `2`):
             Number of transformer layers of the tiny model.
+        demo_num_heads (`int`, *optional*, defaults to `2`):
+            Attention heads of the tiny model (head size `demo_hidden_size / demo_num_heads`; vLLM's CPU attention
+            needs 32 or more).
         demo_num_train_prompts (`int`, *optional*, defaults to `512`):
             Distinct prompts of the RL training set (revisited every epoch, so pass-rate history builds up).
         demo_num_heldout (`int`, *optional*, defaults to `300`):
@@ -66,6 +69,10 @@ class DemoArguments:
 
     demo_hidden_size: int = field(default=64, metadata={"help": "Hidden size of the tiny Qwen2 model."})
     demo_num_layers: int = field(default=2, metadata={"help": "Number of layers of the tiny Qwen2 model."})
+    demo_num_heads: int = field(
+        default=2,
+        metadata={"help": "Attention heads of the tiny Qwen2 model (vLLM's CPU attention needs a head size of 32+)."},
+    )
     demo_num_train_prompts: int = field(
         default=512, metadata={"help": "Distinct prompts in the arithmetic RL training set."}
     )

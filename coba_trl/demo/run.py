@@ -26,16 +26,17 @@ from coba_trl.demo.accuracy import heldout_accuracy
 from coba_trl.demo.config import DemoArguments
 from coba_trl.demo.console import use_compact_console
 from coba_trl.demo.flags import BEFORE_RL_FILE, SUMMARY_FILE, check_checkpoint
+from coba_trl.demo.model import build_demo_model
 from coba_trl.demo.task import Problem, demo_problem_sets, to_prompt_dataset
 from coba_trl.demo.warm_start import warm_start
 from coba_trl.model_card import complete_model_card
 from coba_trl.plot import plot_run
 from coba_trl.rewards import dapo_accuracy_reward
-from coba_trl.tiny import build_byte_tokenizer, build_tiny_qwen2
 from coba_trl.trainer import CoBAGRPOTrainer
 
 DATASET_NAME = "coba-trl built-in arithmetic (generated)"
 BASE_MODEL = "a tiny Qwen2 model built in memory (`coba_trl.tiny`) after a short supervised warm start"
+ENGINE_MODEL_DIR = "warm_start_model"  # with --use_vllm: what a colocated vLLM engine loads
 WARM_START_PROBLEMS = 20_000  # size of the pool the warm start samples its batches from
 
 
@@ -83,6 +84,19 @@ def generation_rounds(args: CoBAConfig, global_steps: int) -> int:
     return -(-micro_steps // (args.steps_per_generation * args.num_iterations))
 
 
+def engine_model_dir(model, tokenizer, training_args: CoBAConfig) -> None:
+    """The warm-started model in a folder, from which a colocated vLLM engine loads it (TRL builds the engine from
+    `model.name_or_path`); on vLLM's CPU build, 1 GiB of KV cache unless `VLLM_CPU_KVCACHE_SPACE` says otherwise."""
+    folder = os.path.join(training_args.output_dir, ENGINE_MODEL_DIR)
+    if training_args.process_index == 0:
+        model.save_pretrained(folder)
+        tokenizer.save_pretrained(folder)
+    if torch.distributed.is_initialized():
+        torch.distributed.barrier()
+    model.config._name_or_path = folder
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB; read by vLLM's CPU build only
+
+
 def _silent(*args, **kwargs) -> None:
     """`print` on the processes other than the main one."""
 
@@ -110,14 +124,7 @@ def run_demo(training_args: CoBAConfig, demo_args: DemoArguments, reward_funcs: 
         # one thread makes `python` and `accelerate launch` (which sets OMP_NUM_THREADS=1) give identical runs.
         torch.set_num_threads(1)
     torch.manual_seed(training_args.seed)
-    tokenizer = build_byte_tokenizer()
-    model = build_tiny_qwen2(
-        tokenizer,
-        hidden_size=demo_args.demo_hidden_size,
-        num_hidden_layers=demo_args.demo_num_layers,
-        max_position_embeddings=128,
-        seed=training_args.seed,
-    )
+    model, tokenizer = build_demo_model(demo_args, training_args.seed)
     train_problems, heldout, sft_problems = demo_problem_sets(
         demo_args.demo_num_train_prompts, demo_args.demo_num_heldout, WARM_START_PROBLEMS, seed=training_args.seed
     )
@@ -144,6 +151,8 @@ def run_demo(training_args: CoBAConfig, demo_args: DemoArguments, reward_funcs: 
         )
         before = heldout_accuracy(model, tokenizer, heldout, max_new_tokens)
         say(f"[warm-start] held-out accuracy before RL: {before['accuracy']:.3f}", flush=True)
+    if training_args.use_vllm and training_args.vllm_mode == "colocate":
+        engine_model_dir(model, tokenizer, training_args)
     rl_start = time.perf_counter()
 
     trainer = CoBAGRPOTrainer(

