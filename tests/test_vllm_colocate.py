@@ -121,3 +121,42 @@ def test_trl_sync_alone_fails_on_the_cpu_build(vllm_models, shared_engines):
     assert np.abs(engine_logprobs() - expected).max() > 1.0  # the tied head still computes with the old weights
     load_weights(runner, ((name, p.data) for name, p in weights.items()))
     assert np.abs(engine_logprobs() - expected).max() < 1e-3
+
+
+def test_uniform_allocation_with_colocated_vllm_reproduces_grpo(tmp_path, vllm_models, shared_engines):
+    # TRL's GRPOTrainer on the same engine (syncing through coba-trl's CPU route, since TRL's own fails on the CPU
+    # build): vLLM samples from the process's torch generator, which both trainers seed alike, and both send the same
+    # rows in the same order, so the completions, rewards, advantages and losses agree step for step.
+    from scripts.tiny_coba import TINY_ARGS, Recorder, parity_reward, prompt_dataset
+    from transformers import AutoTokenizer
+    from trl import GRPOConfig, GRPOTrainer
+
+    from coba_trl import CoBAConfig, CoBAGRPOTrainer
+    from coba_trl.generation.vllm_backend import built_by_trl
+
+    def run(trainer_cls, config_cls, name, **extra):
+        layout = dict(per_device_train_batch_size=8, num_generations=4, max_steps=3, seed=7, use_vllm=True)
+        args = config_cls(output_dir=str(tmp_path / name), **{**TINY_ARGS, **layout, **extra})
+        tokenizer = AutoTokenizer.from_pretrained(vllm_models["tied"])
+        with built_by_trl():
+            trainer = trainer_cls(
+                vllm_models["tied"],
+                parity_reward,
+                args=args,
+                train_dataset=prompt_dataset(),
+                processing_class=tokenizer,
+            )
+        recorder = Recorder(trainer)
+        trainer.train()
+        return trainer, recorder
+
+    grpo, grpo_log = run(GRPOTrainer, GRPOConfig, "grpo")
+    coba, coba_log = run(CoBAGRPOTrainer, CoBAConfig, "coba", budget_allocator="uniform")
+    assert len(coba_log.rewards) == len(grpo_log.rewards) == 3
+    for ours, theirs in zip(coba_log.rewards, grpo_log.rewards, strict=True):
+        torch.testing.assert_close(ours, theirs, atol=1e-6, rtol=0)
+    for ours, theirs in zip(coba_log.advantages, grpo_log.advantages, strict=True):
+        torch.testing.assert_close(ours, theirs, atol=1e-6, rtol=0)
+    ours = [h["loss"] for h in coba.state.log_history if "loss" in h]
+    theirs = [h["loss"] for h in grpo.state.log_history if "loss" in h]
+    np.testing.assert_allclose(ours, theirs, atol=1e-6, rtol=0)

@@ -1,0 +1,117 @@
+"""Server requests for CoBA's groups: n-sampling (one request per distinct group size, n = that size) against one row
+per prompt entry (what TRL 1.16 sends when every row is a prompt of its own, n = 1).
+
+Starts a vLLM server (the CPU build, the README's command) on the demo's model shape, then times rounds of the same
+rows both ways in interleaved pairs, reading the prompt tokens the server processed from its `/metrics`
+(`vllm:prompt_tokens`, of which `vllm:prompt_tokens_cached` came from the prefix cache). Prints the machine, the vLLM
+version, each pair and the ratio of medians (rows / n-sampling: above 1 means n-sampling is faster).
+
+    python benchmarks/vllm_server_requests.py [--prompts 64] [--pairs 5] [--max_tokens 32]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import statistics
+import sys
+import tempfile
+import time
+import urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import numpy as np  # noqa: E402
+from machine import machine_line  # noqa: E402
+
+from coba_trl.generation.cpu_server import running_server  # noqa: E402
+from coba_trl.generation.requests import assign_completions, plan_requests  # noqa: E402
+
+METRICS = ("vllm:prompt_tokens_total", "vllm:prompt_tokens_cached_total")
+
+
+def counters(base_url: str) -> dict[str, float]:
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    with opener.open(f"{base_url}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    found = {}
+    for name in METRICS:
+        values = [float(v) for v in re.findall(rf"^{re.escape(name)}(?:{{[^}}]*}})? ([0-9.e+]+)$", text, re.M)]
+        found[name] = sum(values)
+    return found
+
+
+def round_rows(num_prompts: int, seed: int) -> list[list[int]]:
+    """Rows of a CoBA-like round: `num_prompts` distinct prompts of the demo's length with uneven group sizes that
+    average 8 (2 to 32), one row (a prompt's token ids) per completion."""
+    rng = np.random.default_rng(seed)
+    sizes = np.clip(rng.geometric(1 / 8, num_prompts), 2, 32)
+    prompts = [list(rng.integers(3, 250, 40)) for _ in range(num_prompts)]
+    return [list(map(int, prompts[i])) for i in range(num_prompts) for _ in range(int(sizes[i]))]
+
+
+def run_round(client, rows: list[list[int]], grouped: bool, max_tokens: int, base_url: str) -> tuple[float, dict]:
+    client.reset_prefix_cache()
+    before = counters(base_url)
+    start = time.perf_counter()
+    sampling = dict(max_tokens=max_tokens, temperature=1.0, logprobs=0)
+    if grouped:
+        requests = plan_requests(rows)
+        outputs = [client.generate(prompts=r.prompts, n=r.n, **sampling) for r in requests]
+        completions = assign_completions(len(rows), requests, outputs)["completion_ids"]
+    else:
+        completions = client.generate(prompts=rows, n=1, **sampling)["completion_ids"]
+    seconds = time.perf_counter() - start
+    assert len(completions) == len(rows)
+    after = counters(base_url)
+    return seconds, {name: after[name] - before[name] for name in METRICS}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--prompts", type=int, default=64)
+    parser.add_argument("--pairs", type=int, default=5)
+    parser.add_argument("--max_tokens", type=int, default=32)
+    parser.add_argument("--port", type=int, default=8017)
+    args = parser.parse_args(argv)
+
+    import vllm
+    from trl.generation.vllm_client import VLLMClient
+
+    print(machine_line())
+    print(f"vLLM {vllm.__version__} (CPU build), server: the README's command on the demo's model shape")
+    with tempfile.TemporaryDirectory() as scratch:
+        model_dir = os.path.join(scratch, "demo-model")
+        from coba_trl.demo.model import main as write_model
+
+        write_model([model_dir])
+        env = {"VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1")}
+        with running_server(model_dir, args.port, os.path.join(scratch, "server.log"), env=env) as base_url:
+            client = VLLMClient(base_url=base_url, connection_timeout=60)
+            rows = round_rows(args.prompts, seed=0)
+            print(f"round: {args.prompts} prompts, {len(rows)} rows, completions of up to {args.max_tokens} tokens")
+            run_round(client, rows, True, args.max_tokens, base_url)  # warm-up, both ways
+            run_round(client, rows, False, args.max_tokens, base_url)
+            times = {True: [], False: []}
+            for pair in range(args.pairs):
+                line = []
+                for grouped in (True, False) if pair % 2 == 0 else (False, True):
+                    seconds, tokens = run_round(client, rows, grouped, args.max_tokens, base_url)
+                    times[grouped].append(seconds)
+                    name = "n-sampling" if grouped else "rows"
+                    line.append(
+                        f"{name} {seconds:.2f} s, prompt tokens {tokens[METRICS[0]]:.0f} "
+                        f"({tokens[METRICS[1]]:.0f} cached)"
+                    )
+                print(f"pair {pair + 1}: " + "; ".join(line))
+    grouped, rows_time = statistics.median(times[True]), statistics.median(times[False])
+    print(
+        f"median round time: n-sampling {grouped:.2f} s, one row per prompt entry {rows_time:.2f} s; "
+        f"ratio rows / n-sampling {rows_time / grouped:.2f}"
+    )
+
+
+if __name__ == "__main__":
+    main()
