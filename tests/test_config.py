@@ -6,6 +6,7 @@ import pytest
 from trl import TrlParser
 
 from coba_trl import CoBAConfig
+from coba_trl.config import coba_field_names
 
 BASE = dict(per_device_train_batch_size=8, num_generations=4, use_cpu=True, report_to="none", bf16=False)
 
@@ -68,13 +69,21 @@ def test_bad_allocator_parameters_fail_at_construction(tmp_path):
 
 
 def test_every_coba_field_is_documented():
-    from dataclasses import fields
-
-    from trl import GRPOConfig
-
-    new = {f.name for f in fields(CoBAConfig)} - {f.name for f in fields(GRPOConfig)}
-    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    new = coba_field_names()
+    reference = (Path(__file__).parent.parent / "docs" / "configuration.md").read_text()
     assert "budget_allocator" in new and "log_allocations" in new
-    for name in new:  # in the class docstring (TRL's style) and in the README's fields table
+    for name in new:  # in the class docstring (TRL's style) and in the fields table of docs/configuration.md
         assert f"\n        {name} (`" in CoBAConfig.__doc__, name
-        assert f"\n| `{name}` | " in readme, name
+        assert f"\n| `{name}` | " in reference, name
+
+
+@pytest.mark.parametrize(("flag", "value"), [([], True), (["false"], False), (["true"], True)])
+def test_activation_checkpointing_switches_checkpointing_on_every_supported_transformers(tmp_path, flag, value):
+    """The recipes' `activation_checkpointing` (TrainingArguments' name from transformers 5.23) also sets
+    `gradient_checkpointing`, the name older transformers and TRL read, and the two never disagree."""
+    parser = TrlParser((CoBAConfig,))
+    argv = ["--output_dir", str(tmp_path), "--use_cpu", "true", "--bf16", "false", "--activation_checkpointing"]
+    (args,) = parser.parse_args_and_config([*argv, *flag])
+    assert args.activation_checkpointing is value and args.gradient_checkpointing is value
+    args = CoBAConfig(output_dir=str(tmp_path), activation_checkpointing=not value, **BASE)
+    assert args.activation_checkpointing is (not value) and args.gradient_checkpointing is (not value)
