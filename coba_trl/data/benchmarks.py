@@ -1,6 +1,6 @@
 """The math evaluation sets (avg@k), normalised to `prompt` / `solution` / `problem` / `prompt_id` / `benchmark`.
 
-Sources and columns: README, "Data and rewards". "amc23" is the 40-problem
+Sources and columns: docs/data.md. "amc23" is the 40-problem
 AMC 2023 set (not the 83-problem AMC 2022+2023 set). AIME 2025 from `opencompass/AIME2025` is the union of its two
 configs, `AIME2025-I` and `AIME2025-II`. Answers that are lists (OlympiadBench `final_answer`) are joined with
 ", " and numbers are written without a trailing `.0`.

@@ -1,6 +1,6 @@
 """DAPO-Math-17K in either published schema, de-duplicated and normalised for TRL's GRPOTrainer.
 
-Accepted schemas (README, "Data and rewards"):
+Accepted schemas (docs/data.md):
 
 * verl (`BytedTsinghua-SIA/DAPO-Math-17k`): `prompt` is a list of chat messages, the answer is
   `reward_model.ground_truth`, the id is `extra_info.index` (a UUID). Each prompt appears about 100 times.

@@ -4,7 +4,7 @@ This is the only step of grading that can hang (sympy on `10^{10^{10}}` and the 
 it in worker processes that are killed on time-out (``pool.py``). Inside a worker's main thread math-verify's own
 `signal.alarm` time-outs still work and act as a first line of defence.
 
-math-verify conventions (README, "Data and rewards"): `verify(gold, pred)` takes the gold answer first;
+math-verify conventions (docs/data.md): `verify(gold, pred)` takes the gold answer first;
 its LaTeX extraction needs a math environment, so each answer is parsed as `\\boxed{answer}`, and only when that
 fails as a plain expression (`ExprExtractionConfig`), which would read `12,13` as 12.13.
 """

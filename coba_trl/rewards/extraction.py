@@ -1,6 +1,6 @@
 """Find the final answer in a completion: cheap, bounded string work that runs in the trainer process.
 
-Two extraction rules (README, "Data and rewards"):
+Two extraction rules (docs/data.md):
 
 * DAPO training grader (verl ``math_dapo``): keep the last 300 characters, take the last ``Answer:`` match
   (case-insensitive) and the rest of its line; failing that, the last ``\\boxed{}``.
