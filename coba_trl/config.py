@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 from trl import GRPOConfig
 
@@ -12,12 +12,47 @@ ALLOCATORS = ("coba", "knapsack", "uniform")
 ZERO_VARIANCE_MODES = ("keep", "drop", "rescue")
 GROUP_WEIGHTINGS = ("row", "prompt")
 
+# The field that switches activation checkpointing in the installed transformers' TrainingArguments:
+# `activation_checkpointing` from transformers 5.23 (`gradient_checkpointing` stays a deprecated alias), before that
+# `gradient_checkpointing`. TRL's `GRPOConfig` takes this name; `CoBAConfig` takes `activation_checkpointing` on both.
+CHECKPOINTING_FIELD = (
+    "activation_checkpointing"
+    if "activation_checkpointing" in GRPOConfig.__dataclass_fields__
+    else "gradient_checkpointing"
+)
+
+if CHECKPOINTING_FIELD == "activation_checkpointing":
+    _GRPOConfig = GRPOConfig
+else:
+
+    @dataclass
+    class _GRPOConfig(GRPOConfig):
+        """`GRPOConfig` with the name transformers 5.23 gave `gradient_checkpointing`, for older transformers: recipes
+        and `--activation_checkpointing` work with either. The two fields then hold the same value, as they do on
+        newer transformers, and `activation_checkpointing` wins where both are given."""
+
+        activation_checkpointing: bool | None = field(
+            default=None,
+            metadata={
+                "help": "Enable activation checkpointing to trade compute for memory. Reduces memory at the cost of "
+                "~20%% slower training.",
+                "nargs": "?",
+                "const": True,
+            },
+        )
+
+        def __post_init__(self):
+            if self.activation_checkpointing is not None:
+                self.gradient_checkpointing = self.activation_checkpointing
+            self.activation_checkpointing = self.gradient_checkpointing
+            super().__post_init__()
+
 
 @dataclass
-class CoBAConfig(GRPOConfig):
+class CoBAConfig(_GRPOConfig):
     r"""
     Configuration class for [`CoBAGRPOTrainer`]: GRPO with a per-prompt number of generations chosen by CoBA-RL
-    (arXiv 2602.03048) or Knapsack-RL.
+    (arXiv 2602.03048) or Knapsack-RL (arXiv 2509.25849).
 
     `num_generations` keeps its TRL meaning as the *mean* group size G: one generation round makes
     `generation_batch_size` completions for `generation_batch_size / num_generations` distinct prompts, and the
@@ -28,9 +63,9 @@ class CoBAConfig(GRPOConfig):
         > Parameters that control the budget allocation
 
         budget_allocator (`str`, *optional*, defaults to `"coba"`):
-            How a round's completions are split over its prompts: `"coba"` (capability-oriented value function and
-            heap greedy), `"knapsack"` (Knapsack-RL's value) or `"uniform"` (every prompt gets `num_generations`,
-            i.e. GRPO).
+            How a round's completions are split over its prompts: `"coba"` (CoBA-RL's capability-oriented value
+            function and heap greedy), `"knapsack"` (Knapsack-RL's value, arXiv 2509.25849) or `"uniform"` (every
+            prompt gets `num_generations`, i.e. GRPO).
         min_generations (`int`, *optional*, defaults to `2`):
             Fewest completions a prompt can get (B_low). At most `num_generations`.
         max_generations (`int`, *optional*, defaults to `128`):
@@ -47,11 +82,12 @@ class CoBAConfig(GRPOConfig):
             `min_generations` completions, taken from the largest other groups).
         group_weighting (`str`, *optional*, defaults to `"row"`):
             How much a prompt's group weighs in the loss. `"row"` (released code, and every TRL loss): each completion
-            row counts once, so a prompt given 64 rows weighs about 32 times one given 2. `"prompt"`: each row's
-            advantage is multiplied by n_bar / n_i (n_bar = `generation_batch_size` / prompts per round, n_i = the
-            row's whole group size, both phases counted), so every prompt's rows together weigh what one GRPO group
-            weighs (token-normalised losses: up to length differences). The KL term (`beta > 0`) is not reweighted.
-            With `budget_allocator="uniform"` both modes are GRPO exactly. A project extension.
+            row counts once, so a prompt given 64 rows weighs 44.9 times one given 2 at the default
+            `scale_rewards="group"` (32 times with `"batch"` or `"none"`; `benchmarks/group_weight.py`). `"prompt"`:
+            each row's advantage is multiplied by n_bar / n_i (n_bar = `generation_batch_size` / prompts per round,
+            n_i = the row's whole group size, both phases counted), so every prompt's rows together weigh what one
+            GRPO group weighs (token-normalised losses: up to length differences). The KL term (`beta > 0`) is not
+            reweighted. With `budget_allocator="uniform"` both modes are GRPO exactly. A project extension.
         log_allocations (`bool`, *optional*, defaults to `True`):
             Write one JSON line per generation round to `<output_dir>/coba_rounds.jsonl` (process 0): the prompts, the
             pass rates and allocator state the allocation used, phase-1 results, the group sizes and the successes
@@ -104,8 +140,8 @@ class CoBAConfig(GRPOConfig):
     budget_allocator: str = field(
         default="coba",
         metadata={
-            "help": "How a round's completions are split over its prompts: 'coba', 'knapsack' or 'uniform' (every "
-            "prompt gets num_generations, i.e. GRPO).",
+            "help": "How a round's completions are split over its prompts: 'coba' (CoBA-RL, arXiv 2602.03048), "
+            "'knapsack' (Knapsack-RL, arXiv 2509.25849) or 'uniform' (every prompt gets num_generations, i.e. GRPO).",
             "choices": list(ALLOCATORS),
         },
     )
@@ -282,3 +318,9 @@ class CoBAConfig(GRPOConfig):
             hard_threshold=self.coba_hard_threshold,
             easy_threshold=self.coba_easy_threshold,
         )
+
+
+def coba_field_names() -> list[str]:
+    """The fields `CoBAConfig` adds to TRL's `GRPOConfig`, in declaration order."""
+    inherited = {f.name for f in fields(_GRPOConfig)}
+    return [f.name for f in fields(CoBAConfig) if f.name not in inherited]
