@@ -8,10 +8,11 @@ k = 16 samples per problem, temperature 1.0, top-p 0.9, prompts asking for a fin
 `samples_<name>.jsonl` with every completion and its score to `--output_dir`.
 
 Training set (`--train_dataset`, any source `load_dapo_math` reads): k samples per prompt at the training sampling
-(temperature 1.0, top-p 1.0, DAPO's `Answer:` instruction), graded with the training reward (`--reward_func`, a
-success when the reward is >= 1.0); writes `<output_dir>/train_pass_rates.parquet`, the training set with a
-`pass_rate` column. Train on it with `--dataset_name <that file> --prior_pass_rate_column pass_rate`, so the
-allocation starts at step 1 instead of spending epoch 1 uniform (`coba_trl.pass_rates`).
+(temperature 1.0, top-p 1.0, DAPO's `Answer:` instruction), graded with the training reward (the first of
+`--reward_funcs`, as in training; a success when the reward is >= 1.0); writes
+`<output_dir>/train_pass_rates.parquet`, the training set with a `pass_rate` column. Train on it with
+`--dataset_name <that file> --prior_pass_rate_column pass_rate`, so the allocation starts at step 1 instead of
+spending epoch 1 uniform (`coba_trl.pass_rates`).
 
 The CPU demo's model evaluates offline on the demo's own task: `--benchmarks arithmetic` samples the demo's 300
 held-out problems, `--train_dataset arithmetic` scores its 512 training prompts (both built as the demo builds them
@@ -113,8 +114,9 @@ class EvalArguments:
             Hub config of `train_dataset`, e.g. `all`, `en` or `cn` for `open-r1/DAPO-Math-17k-Processed`.
         dataset_train_split (`str`, *optional*, defaults to `"train"`):
             Split of `train_dataset`.
-        reward_func (`str`, *optional*, defaults to `"dapo_accuracy_reward"`):
-            Reward that defines a success for the pass rates (the training reward).
+        reward_funcs (`list[str]`, *optional*, defaults to `["dapo_accuracy_reward"]`):
+            The training run's reward functions (`train_qwen.py --reward_funcs`); the first defines a success for the
+            pass rates, as it does in training unless `success_reward_func` names another: put that one first.
         benchmarks (`list[str]`, *optional*, defaults to all six):
             Benchmarks to run, among `aime24`, `aime25`, `amc23`, `math500`, `olympiadbench`, `minerva`, or
             `arithmetic` (the CPU demo's held-out problems, built locally).
@@ -150,9 +152,13 @@ class EvalArguments:
     )
     dataset_config: str | None = field(default=None, metadata={"help": "Hub config of train_dataset."})
     dataset_train_split: str = field(default="train", metadata={"help": "Split of train_dataset."})
-    reward_func: str = field(
-        default="dapo_accuracy_reward",
-        metadata={"help": "Reward that defines a success for the pass rates.", "choices": list(REWARD_FUNCS)},
+    reward_funcs: list[str] = field(
+        default_factory=lambda: ["dapo_accuracy_reward"],
+        metadata={
+            "help": "The training run's reward functions (as train_qwen.py --reward_funcs); the first defines a "
+            "success for the pass rates.",
+            "choices": list(REWARD_FUNCS),
+        },
     )
     benchmarks: list[str] = field(
         default_factory=lambda: list(EVAL_BENCHMARKS),
@@ -297,9 +303,9 @@ def score_train_set(args: EvalArguments, generate):
         )
     if args.max_problems is not None:
         dataset = dataset.select(range(min(args.max_problems, len(dataset))))
-    scored = score_training_set(dataset, generate, args.k, REWARD_FUNCS[args.reward_func])
+    scored = score_training_set(dataset, generate, args.k, REWARD_FUNCS[args.reward_funcs[0]])
     path = write_pass_rates(scored, args.output_dir)
-    print(f"pass rates at k = {args.k}: {describe(scored['pass_rate'])}")
+    print(f"pass rates at k = {args.k}, graded by {args.reward_funcs[0]}: {describe(scored['pass_rate'])}")
     print(f"Wrote {path}. Train on it with: --dataset_name {path} --prior_pass_rate_column pass_rate")
     return scored
 
