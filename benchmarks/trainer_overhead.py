@@ -38,6 +38,7 @@ def _step_times(use_coba: bool, steps: int, seed: int) -> list[float]:
     from trl import GRPOConfig, GRPOTrainer
 
     from coba_trl import CoBAConfig, CoBAGRPOTrainer
+    from coba_trl.config import CHECKPOINTING_FIELD
     from coba_trl.tiny import build_byte_tokenizer, build_tiny_qwen2
 
     tokenizer = build_byte_tokenizer()
@@ -54,7 +55,7 @@ def _step_times(use_coba: bool, steps: int, seed: int) -> list[float]:
         report_to="none",
         logging_steps=1,
         save_strategy="no",
-        activation_checkpointing=False,
+        **{CHECKPOINTING_FIELD: False},  # TRL's GRPOConfig takes only the installed transformers' name
         disable_tqdm=True,
         seed=seed,
     )

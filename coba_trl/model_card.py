@@ -22,17 +22,15 @@ It is idempotent: the generated part sits between markers and is replaced on a s
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import re
 import textwrap
 
 from huggingface_hub import ModelCard
-from trl import GRPOConfig
 
 import coba_trl
-from coba_trl.config import CoBAConfig
+from coba_trl.config import CoBAConfig, coba_field_names
 
 # The paper TRL cites in the model card of a `CoBAGRPOTrainer` run (`_paper`).
 PAPER = {
@@ -74,8 +72,7 @@ def is_hub_id(name: str | None) -> bool:
 
 def coba_settings(args: CoBAConfig) -> dict[str, object]:
     """The CoBA fields of `args` (the `coba_*` ones only for the CoBA allocator) and the rollout layout."""
-    grpo_fields = {f.name for f in dataclasses.fields(GRPOConfig)}
-    names = [f.name for f in dataclasses.fields(CoBAConfig) if f.name not in grpo_fields]
+    names = coba_field_names()
     if args.budget_allocator != "coba":
         names = [name for name in names if not name.startswith("coba_")]
     return {name: getattr(args, name) for name in (*names, *LAYOUT_FIELDS)}

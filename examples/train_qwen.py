@@ -52,15 +52,17 @@ def requested_model(argv: list[str]) -> str | None:
 if __name__ == "__main__" and requested_model(sys.argv[1:]) is None:
     pin_cpu_numerics()  # the CPU demo: the same digits on every x86-64 CPU with AVX2 (docs/numerics.md)
 
-from trl import GRPOConfig, ModelConfig, TrlParser, get_peft_config, get_quantization_config  # noqa: E402
+from trl import ModelConfig, TrlParser, get_peft_config, get_quantization_config  # noqa: E402
 
 from coba_trl import CoBAConfig, CoBAGRPOTrainer  # noqa: E402
+from coba_trl.config import coba_field_names  # noqa: E402
 from coba_trl.data import DAPO_HUB_ID, load_dapo_math  # noqa: E402
 from coba_trl.data.sources import LOCAL_MODEL, require_hub  # noqa: E402
 from coba_trl.demo.config import DEMO_TRAINING_ARGS, DemoArguments  # noqa: E402
 from coba_trl.demo.flags import check_max_steps, check_output_dir, flagged_output_dir  # noqa: E402
 from coba_trl.demo.run import run_demo  # noqa: E402
 from coba_trl.demo.task import make_problems, to_prompt_dataset  # noqa: E402
+from coba_trl.generation.vllm_backend import check_vllm_installed  # noqa: E402
 from coba_trl.rewards import boxed_accuracy_reward, dapo_accuracy_reward  # noqa: E402
 from coba_trl.validation import check_flag_names, check_hub_access  # noqa: E402
 
@@ -189,8 +191,7 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefau
 
 def coba_options() -> str:
     """The CoBA flags (the fields `CoBAConfig` adds to `GRPOConfig`) and the demo's, for the top of `--help`."""
-    grpo = {f.name for f in dataclasses.fields(GRPOConfig)}
-    coba = [f"--{f.name}" for f in dataclasses.fields(CoBAConfig) if f.name not in grpo]
+    coba = [f"--{name}" for name in coba_field_names()]
     demo = [f"--{f.name}" for f in dataclasses.fields(DemoArguments)]
     wrap = functools.partial(textwrap.fill, width=116, initial_indent="  ", subsequent_indent="  ")
     return (
@@ -273,6 +274,7 @@ def main(argv: list[str] | None = None) -> None:
     warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning)
     script_args, training_args, model_args, demo_args = parse(argv)
     check_hub_access(training_args.push_to_hub, training_args.hub_token)
+    check_vllm_installed(training_args.use_vllm)  # before the demo's warm start, not after it
     if model_args.model_name_or_path is not None:
         train(script_args, training_args, model_args, demo_args)
         return

@@ -16,6 +16,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import numpy as np  # noqa: E402
 from datasets import Dataset  # noqa: E402
 
+from coba_trl.config import CHECKPOINTING_FIELD  # noqa: E402
 from coba_trl.tiny import build_byte_tokenizer, build_tiny_qwen2  # noqa: E402
 
 TINY_ARGS = dict(
@@ -25,7 +26,7 @@ TINY_ARGS = dict(
     report_to="none",
     logging_steps=1,
     save_strategy="no",
-    activation_checkpointing=False,
+    **{CHECKPOINTING_FIELD: False},  # TRL's GRPOConfig takes only the installed transformers' name
     ddp_find_unused_parameters=False,  # every parameter gets a gradient: no extra DDP graph traversal (or warning)
     learning_rate=1e-2,
     dataloader_num_workers=0,
