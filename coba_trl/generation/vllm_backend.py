@@ -4,9 +4,9 @@
    request per distinct group size with n = that size (`coba_trl.generation.requests`); prompts with images take
    TRL's path, one row per request.
 2. vLLM's CPU build (`sync_weights`, `_init_vllm`): a colocated engine loads weights through vLLM's layerwise reload
-   and packs its LM head again (`coba_trl.generation.cpu_weights.load_weights`); a CPU trainer talks to a server
-   through `CPUWeightSyncClient` (a weight file and the server's worker extension) instead of NCCL. With vLLM on CUDA
-   both stay TRL's.
+   and packs its LM head again (`coba_trl.generation.cpu_weights.load_weights`), and computes in the trainer's dtype
+   (vLLM would run a float32 checkpoint in bfloat16); a CPU trainer talks to a server through `CPUWeightSyncClient`
+   (a weight file and the server's worker extension) instead of NCCL. With vLLM on CUDA all of this stays TRL's.
 3. Sleep mode in two-phase rounds (`stay_awake`, `sleep`): TRL puts the engine to sleep (level 2, weights discarded)
    after every generation and pushes the weights again before the next, so a round's second phase would gather and
    push every weight a second time (under FSDP or ZeRO-3, a full gather). While `stay_awake` is set the engine stays
@@ -17,6 +17,7 @@
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 from contextlib import contextmanager, nullcontext
 
@@ -55,7 +56,20 @@ class CoBAVLLMGeneration(VLLMGeneration):
             # TRL's client sends weights over NCCL, which needs CUDA: a CPU trainer sends them as a file.
             with _module_attribute(trl_vllm_generation, "VLLMClient", CPUWeightSyncClient):
                 return super()._init_vllm()
+        if self.mode == "colocate" and vllm_on_cpu():
+            # vLLM runs a float32 checkpoint in bfloat16 unless told otherwise; on a CPU, where the trainer usually
+            # computes in float32, the engine computes in the trainer's dtype so that their logprobs agree.
+            engine = functools.partial(trl_vllm_generation.LLM, dtype=self._trainer_dtype())
+            with _module_attribute(trl_vllm_generation, "LLM", engine):
+                return super()._init_vllm()
         return super()._init_vllm()
+
+    def _trainer_dtype(self) -> str:
+        """The dtype the trainer computes logprobs in: its mixed precision, else its weights' dtype."""
+        precision = self.accelerator.mixed_precision
+        if precision in ("bf16", "fp16"):
+            return {"bf16": "bfloat16", "fp16": "float16"}[precision]
+        return str(self.model.dtype).removeprefix("torch.")
 
     def sync_weights(self):
         if self.mode != "colocate" or not vllm_on_cpu():

@@ -4,9 +4,9 @@ one server started with the README's command.
 A colocated engine takes about 20 s to start, so TRL's `vllm.LLM` is replaced, for the session, by a factory that
 builds one engine per model folder and hands it to every trainer built on that folder: each trainer pushes its own
 weights before its first generation, so what an earlier test left in the engine does not matter. The engines of the
-`tied` and `untied` folders run in float32, where vLLM's CPU build packs every linear layer's weight into its GEMM
-kernel on any x86 CPU, the case coba-trl's weight sync exists for; `tied_default` keeps vLLM's default dtype
-(bfloat16 on a CPU).
+`tied` and `untied` folders run in float32 (as coba-trl builds them for a float32 trainer), where vLLM's CPU build
+packs every linear layer's weight into its GEMM kernel on any x86 CPU, the case coba-trl's weight sync exists for;
+`tied_bf16` runs in bfloat16, vLLM's own default for a float32 checkpoint, whose kernels depend on the processor.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import sys
 import pytest
 
 MODEL_SHAPE = dict(hidden_size=64, num_attention_heads=2)  # head size 32: vLLM's CPU attention needs 32 or more
-ENGINE_DTYPE = {"tied": "float32", "untied": "float32", "tied_default": "auto"}
+ENGINE_DTYPE = {"tied": None, "untied": None, "tied_bf16": "bfloat16"}  # None: as coba-trl builds it (float32)
 KV_CACHE_GIB = "1"
 
 
@@ -51,14 +51,15 @@ def shared_engines(vllm_models):
     """TRL builds one engine per model folder for the whole session (module docstring); yields the cache."""
     import trl.generation.vllm_generation as vllm_generation
 
-    dtypes = {folder: ENGINE_DTYPE[name] for name, folder in vllm_models.items()}
+    forced = {folder: ENGINE_DTYPE[name] for name, folder in vllm_models.items() if ENGINE_DTYPE[name]}
     engines = {}
     build = vllm_generation.LLM
 
     def shared_llm(**kwargs):
         model = kwargs["model"]
         if model not in engines:
-            engines[model] = build(**{**kwargs, "dtype": dtypes.get(model, "auto"), "max_num_seqs": 64})
+            dtype = forced.get(model, kwargs.get("dtype", "float32"))
+            engines[model] = build(**{**kwargs, "dtype": dtype, "max_num_seqs": 64})
         return engines[model]
 
     with pytest.MonkeyPatch.context() as patch:
