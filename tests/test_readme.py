@@ -1,10 +1,10 @@
-"""The README's examples run as written: every ```python block executes, the set-up commands match CI, and every
-```bash command that needs no network or GPU runs.
+"""The README's examples run as written: every ```python block executes (and those of docs/algorithm.md), the set-up
+commands match CI, and every ```bash command that needs no network, GPU or vLLM runs.
 
 Blocks fenced as ```python hub need the Hugging Face Hub (downloads) and are skipped; every other ```python block
 runs in order, in a temporary working directory, offline. Shell commands run in a temporary directory laid out like
 the repository; the demo's training commands get flags appended that shrink the task (the same flags otherwise), so
-that each takes seconds.
+that each takes seconds. Commands that need vLLM are left to the vLLM test suite (`python -m pytest -m vllm`).
 """
 
 from __future__ import annotations
@@ -17,23 +17,40 @@ from pathlib import Path
 
 import pytest
 
+from coba_trl.demo.flags import flagged_output_dir
+
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
 FENCE = re.compile(r"^```(?P<info>[^\n]*)\n(?P<code>.*?)^```$", re.DOTALL | re.MULTILINE)
-BLOCKS = [(m.group("info").strip(), m.group("code")) for m in FENCE.finditer(README)]
-RUNNABLE = [code for info, code in BLOCKS if info == "python"]
+
+
+def fenced_blocks(text: str) -> list[tuple[str, str]]:
+    return [(m.group("info").strip(), m.group("code")) for m in FENCE.finditer(text)]
+
+
+BLOCKS = fenced_blocks(README)
+# The runnable examples: the README's and the allocators' own in docs/algorithm.md (name, code).
+RUNNABLE = [
+    (f"{name} python block {index + 1}", code)
+    for name, blocks in (
+        ("README.md", BLOCKS),
+        ("docs/algorithm.md", fenced_blocks((ROOT / "docs" / "algorithm.md").read_text())),
+    )
+    for index, code in enumerate(code for info, code in blocks if info == "python")
+]
 
 
 def test_readme_marks_every_python_block_runnable_or_hub():
-    assert {info for info, _ in BLOCKS if info.startswith("python")} == {"python", "python hub"}
-    assert len(RUNNABLE) >= 2
+    assert {info for info, _ in BLOCKS if info.startswith("python")} <= {"python", "python hub"}
+    assert any(name.startswith("README.md") for name, _ in RUNNABLE)
+    assert any(name.startswith("docs/algorithm.md") for name, _ in RUNNABLE)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("index", range(len(RUNNABLE)))
-def test_readme_python_block_runs(index, tmp_path, monkeypatch):
+@pytest.mark.parametrize("name, code", RUNNABLE, ids=[name for name, _ in RUNNABLE])
+def test_readme_python_block_runs(name, code, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    exec(compile(RUNNABLE[index], f"README.md python block {index + 1}", "exec"), {"__name__": "__readme__"})
+    exec(compile(code, name, "exec"), {"__name__": "__readme__"})
 
 
 def test_the_two_set_up_commands_are_the_ones_ci_runs():
@@ -64,6 +81,8 @@ def what_it_needs(command: str) -> str | None:
         return "the test suite itself"
     if "accelerate launch" in command or "vllm serve" in command:
         return "GPUs"
+    if "vllm" in command:  # --use_vllm, vLLM's server, the server's model, the vLLM tests: the vLLM suite runs them
+        return "vLLM"
     if "Qwen/" in command or "<model>" in command:
         return "the Hugging Face Hub"
     if "outputs/qwen2.5" in command:
@@ -76,7 +95,7 @@ OFFLINE = [command for command in SHELL if what_it_needs(command) is None]
 # Appended to the README's demo runs: the same flags on a smaller task, so that each takes seconds (later flags win).
 SMALL_DEMO = (
     "--demo_warm_start_steps 5 --demo_num_heldout 20 --demo_num_train_prompts 8 --per_device_train_batch_size 8 "
-    "--demo_num_layers 1 --demo_hidden_size 16 --disable_tqdm true"
+    "--demo_num_layers 1 --demo_hidden_size 32 --demo_num_heads 1 --disable_tqdm true"
 ).split()
 
 
@@ -135,9 +154,11 @@ def test_readme_shell_command_runs(command, workdir, monkeypatch, capsys):
     out = capsys.readouterr().out
     if "--help" in command:
         assert out.startswith("usage: python examples/train_qwen.py")
-    if "--budget_allocator" in command:  # a flagged run writes to the folder the README names, not outputs/cpu_demo
-        allocator = shlex.split(command)[shlex.split(command).index("--budget_allocator") + 1]
-        assert f"output: outputs/cpu_demo-budget_allocator_{allocator}-max_steps_40" in out
+    if "--budget_allocator" in command:  # a flagged run writes to a folder named after its flags, not outputs/cpu_demo
+        flags = shlex.split(command)[2:]
+        changed = {flag.removeprefix("--"): value for flag, value in zip(flags[::2], flags[1::2], strict=True)}
+        folder = flagged_output_dir(changed)
+        assert folder != "outputs/cpu_demo" and f"output: {folder}" in out
     if "--resume_from_checkpoint" in command:  # the resumed run ends where the uninterrupted one did
         summaries = [
             json.loads(Path(f"outputs/{name}/demo_summary.json").read_text())
