@@ -75,7 +75,7 @@ def evaluates_demo_task(argv: list[str]) -> bool:
 
 
 if __name__ == "__main__" and (evaluates_demo_model(sys.argv[1:]) or evaluates_demo_task(sys.argv[1:])):
-    pin_cpu_numerics()  # the demo's model or task: the same digits on every x86-64 CPU with AVX2 (docs/numerics.md)
+    pin_cpu_numerics()  # the demo's model or task: pinned CPU code paths, as the demo pins them (docs/numerics.md)
 
 from trl import TrlParser  # noqa: E402
 
