@@ -6,7 +6,7 @@ rows both ways in interleaved pairs, reading the prompt tokens the server proces
 (`vllm:prompt_tokens`, of which `vllm:prompt_tokens_cached` came from the prefix cache). Prints the machine, the vLLM
 version, each pair and the ratio of medians (rows / n-sampling: above 1 means n-sampling is faster).
 
-    python benchmarks/vllm_server_requests.py [--prompts 64] [--pairs 5] [--max_tokens 32]
+    python benchmarks/vllm_server_requests.py [--prompts 64] [--prompt_tokens 40] [--max_tokens 32] [--pairs 5]
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import numpy as np  # noqa: E402
 from machine import machine_line  # noqa: E402
 
 from coba_trl.generation.cpu_server import running_server  # noqa: E402
-from coba_trl.generation.requests import assign_completions, plan_requests  # noqa: E402
+from coba_trl.generation.requests import generate_grouped  # noqa: E402
 
 METRICS = ("vllm:prompt_tokens_total", "vllm:prompt_tokens_cached_total")
 
@@ -43,12 +43,12 @@ def counters(base_url: str) -> dict[str, float]:
     return found
 
 
-def round_rows(num_prompts: int, seed: int) -> list[list[int]]:
-    """Rows of a CoBA-like round: `num_prompts` distinct prompts of the demo's length with uneven group sizes that
-    average 8 (2 to 32), one row (a prompt's token ids) per completion."""
+def round_rows(num_prompts: int, prompt_tokens: int, seed: int) -> list[list[int]]:
+    """Rows of a CoBA-like round: `num_prompts` distinct prompts of `prompt_tokens` tokens with uneven group sizes
+    that average about 8 (2 to 32), one row (a prompt's token ids) per completion."""
     rng = np.random.default_rng(seed)
     sizes = np.clip(rng.geometric(1 / 8, num_prompts), 2, 32)
-    prompts = [list(rng.integers(3, 250, 40)) for _ in range(num_prompts)]
+    prompts = [list(rng.integers(3, 250, prompt_tokens)) for _ in range(num_prompts)]
     return [list(map(int, prompts[i])) for i in range(num_prompts) for _ in range(int(sizes[i]))]
 
 
@@ -58,9 +58,7 @@ def run_round(client, rows: list[list[int]], grouped: bool, max_tokens: int, bas
     start = time.perf_counter()
     sampling = dict(max_tokens=max_tokens, temperature=1.0, logprobs=0)
     if grouped:
-        requests = plan_requests(rows)
-        outputs = [client.generate(prompts=r.prompts, n=r.n, **sampling) for r in requests]
-        completions = assign_completions(len(rows), requests, outputs)["completion_ids"]
+        completions = generate_grouped(client, rows, **sampling)["completion_ids"]
     else:
         completions = client.generate(prompts=rows, n=1, **sampling)["completion_ids"]
     seconds = time.perf_counter() - start
@@ -74,6 +72,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--prompts", type=int, default=64)
     parser.add_argument("--pairs", type=int, default=5)
     parser.add_argument("--max_tokens", type=int, default=32)
+    parser.add_argument("--prompt_tokens", type=int, default=40, help="Prompt length (the demo's model holds 128).")
     parser.add_argument("--port", type=int, default=8017)
     args = parser.parse_args(argv)
 
@@ -90,8 +89,11 @@ def main(argv: list[str] | None = None) -> None:
         env = {"VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1")}
         with running_server(model_dir, args.port, os.path.join(scratch, "server.log"), env=env) as base_url:
             client = VLLMClient(base_url=base_url, connection_timeout=60)
-            rows = round_rows(args.prompts, seed=0)
-            print(f"round: {args.prompts} prompts, {len(rows)} rows, completions of up to {args.max_tokens} tokens")
+            rows = round_rows(args.prompts, args.prompt_tokens, seed=0)
+            print(
+                f"round: {args.prompts} prompts of {args.prompt_tokens} tokens, {len(rows)} rows, completions of up "
+                f"to {args.max_tokens} tokens"
+            )
             run_round(client, rows, True, args.max_tokens, base_url)  # warm-up, both ways
             run_round(client, rows, False, args.max_tokens, base_url)
             times = {True: [], False: []}

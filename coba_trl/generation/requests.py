@@ -4,11 +4,13 @@ CoBA runs TRL's generation with `num_generations = 1`, one row per completion, s
 row as its own prompt with n = 1. Instead the rows that share a prompt are asked for together: one request per
 distinct group size k, listing every prompt that has k rows with n = k, so vLLM samples a group as n children of one
 request that share the prompt's prefill. `plan_requests` groups the rows, `assign_completions` maps the completions
-back to the rows they belong to, in row order, with their logprobs.
+back to the rows they belong to, in row order, with their logprobs; `generate_grouped` sends the requests at once,
+so that the server schedules them together as it would one request.
 """
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 
@@ -62,3 +64,12 @@ def assign_completions(num_rows: int, requests: list[Request], outputs: list[dic
                     for r, row in enumerate(rows):
                         assigned[key][row] = values[j * request.n + r]
     return assigned
+
+
+def generate_grouped(client, row_prompts: list[list[int]], **sampling) -> dict[str, list | None]:
+    """Each row's completion from `client` (TRL's `VLLMClient`): the requests of `plan_requests`, sent concurrently."""
+    requests = plan_requests(row_prompts)
+    with ThreadPoolExecutor(max_workers=len(requests)) as pool:
+        futures = [pool.submit(client.generate, prompts=r.prompts, n=r.n, **sampling) for r in requests]
+        outputs = [future.result() for future in futures]
+    return assign_completions(len(row_prompts), requests, outputs)

@@ -27,7 +27,7 @@ from accelerate.utils import broadcast_object_list, gather_object
 from trl.generation.vllm_generation import VLLMGeneration
 
 from coba_trl.generation.cpu_weights import CPUWeightSyncClient, load_weights
-from coba_trl.generation.requests import assign_completions, plan_requests
+from coba_trl.generation.requests import generate_grouped
 
 
 def check_vllm_installed(use_vllm: bool) -> None:
@@ -106,10 +106,8 @@ class CoBAVLLMGeneration(VLLMGeneration):
         all_prompts = gather_object(prompts)
         payload = None
         if self.accelerator.is_main_process:
-            requests = plan_requests(all_prompts)
             with profiler or nullcontext():
-                outputs = [self.vllm_client.generate(prompts=r.prompts, n=r.n, **self._sampling()) for r in requests]
-            payload = assign_completions(len(all_prompts), requests, outputs)
+                payload = generate_grouped(self.vllm_client, all_prompts, **self._sampling())
         payload = broadcast_object_list([payload], from_process=0)[0]
         start = self.accelerator.process_index * len(prompts)
         rows = slice(start, start + len(prompts))
