@@ -219,7 +219,12 @@ def build_generate(args: EvalArguments):
     use_vllm = args.backend == "vllm" or (args.backend == "auto" and importlib.util.find_spec("vllm") is not None)
     if use_vllm:
         from vllm import LLM
+        from vllm.platforms import current_platform
 
+        if current_platform.is_cpu():
+            # vLLM's CPU build reads gpu_memory_utilization as a share of the machine's memory that must be free at
+            # start; a KV cache of its own size (1 GiB unless VLLM_CPU_KVCACHE_SPACE says otherwise) avoids that.
+            os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
         llm = LLM(
             model=args.model_name_or_path,
             dtype=args.dtype,
