@@ -17,7 +17,7 @@ import os
 from coba_trl.numerics import pin_cpu_numerics
 
 if __name__ == "__main__":
-    pin_cpu_numerics()  # the same digits on every x86-64 CPU with AVX2 (docs/numerics.md)
+    pin_cpu_numerics()  # torch's CPU code paths pinned, as in the demo (docs/numerics.md)
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 

@@ -1,4 +1,4 @@
-"""Pin torch's CPU floating-point code paths, so that a CPU run gives the same digits on every x86-64 CPU with AVX2.
+"""Pin torch's CPU floating-point code paths, so that CPU runs differ less between processors (not always: see below).
 
 torch chooses its CPU kernels when it loads. ATen's own vectorised kernels (softmax, log-softmax, attention, the
 cross-entropy) use the widest instruction set the processor has, AVX-512 or AVX2, and MKL (matrix products, `exp`)
@@ -17,7 +17,8 @@ the branch (and none on non-Intel processors), and the float32 work of the demo 
 The demo (`examples/train_qwen.py` without `--model_name_or_path`), `examples/evaluate.py` on the demo's model or
 task, and the studies under `benchmarks/` call `pin_cpu_numerics()` before they import torch; the library itself
 never does, so a user's own run keeps torch's defaults. `COBA_PIN_NUMERICS=0` turns the pinning off, and a variable
-the user has set is left as it is. docs/numerics.md gives the speed cost and what "the same digits" covers.
+the user has set is left as it is. docs/numerics.md gives the speed cost, what "the same digits" covers, and where
+the same digits were not reached (an AMD EPYC gave other demo digits than the Intel Xeon with the pinning on).
 
 This module does not import torch, so that it can run before torch loads.
 """

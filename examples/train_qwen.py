@@ -50,7 +50,7 @@ def requested_model(argv: list[str]) -> str | None:
 
 
 if __name__ == "__main__" and requested_model(sys.argv[1:]) is None:
-    pin_cpu_numerics()  # the CPU demo: the same digits on every x86-64 CPU with AVX2 (docs/numerics.md)
+    pin_cpu_numerics()  # the CPU demo: torch's CPU code paths pinned (docs/numerics.md)
 
 from trl import ModelConfig, TrlParser, get_peft_config, get_quantization_config  # noqa: E402
 
