@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 import torch
-from scripts.tiny_coba import TINY_ARGS, Recorder, parity_reward, prompt_dataset, tiny_model
+from scripts.tiny_coba import TINY_ARGS, Recorder, assert_runs_agree, parity_reward, prompt_dataset, tiny_model
 from trl import GRPOConfig, GRPOTrainer
 
 from coba_trl import CoBAConfig, CoBAGRPOTrainer
@@ -47,14 +47,7 @@ def test_uniform_allocation_reproduces_grpo(tmp_path, layout, group_weighting):
         group_weighting=group_weighting,
         **layout,
     )
-    assert len(coba_log.rewards) == len(grpo_log.rewards) >= 2
-    for ours, theirs in zip(coba_log.rewards, grpo_log.rewards, strict=True):
-        torch.testing.assert_close(ours, theirs, atol=1e-6, rtol=0)
-    for ours, theirs in zip(coba_log.advantages, grpo_log.advantages, strict=True):
-        torch.testing.assert_close(ours, theirs, atol=1e-6, rtol=0)
-    ours = [h["loss"] for h in coba.state.log_history if "loss" in h]
-    theirs = [h["loss"] for h in grpo.state.log_history if "loss" in h]
-    np.testing.assert_allclose(ours, theirs, atol=1e-6, rtol=0)
+    assert_runs_agree(coba, coba_log, grpo, grpo_log)
 
 
 def _numpy_advantages(rewards, sizes, scale_rewards):

@@ -135,7 +135,7 @@ def test_uniform_allocation_with_colocated_vllm_reproduces_grpo(tmp_path, vllm_m
     # in the same order to engines in the same state, so completions, rewards, advantages and losses agree.
     import shutil
 
-    from scripts.tiny_coba import TINY_ARGS, Recorder, parity_reward, prompt_dataset
+    from scripts.tiny_coba import TINY_ARGS, Recorder, assert_runs_agree, parity_reward, prompt_dataset
     from transformers import AutoTokenizer
     from trl import GRPOConfig, GRPOTrainer
 
@@ -158,11 +158,4 @@ def test_uniform_allocation_with_colocated_vllm_reproduces_grpo(tmp_path, vllm_m
 
     grpo, grpo_log = run(GRPOTrainer, GRPOConfig, "grpo")
     coba, coba_log = run(CoBAGRPOTrainer, CoBAConfig, "coba", budget_allocator="uniform")
-    assert len(coba_log.rewards) == len(grpo_log.rewards) == 3
-    for ours, theirs in zip(coba_log.rewards, grpo_log.rewards, strict=True):
-        torch.testing.assert_close(ours, theirs, atol=1e-6, rtol=0)
-    for ours, theirs in zip(coba_log.advantages, grpo_log.advantages, strict=True):
-        torch.testing.assert_close(ours, theirs, atol=1e-6, rtol=0)
-    ours = [h["loss"] for h in coba.state.log_history if "loss" in h]
-    theirs = [h["loss"] for h in grpo.state.log_history if "loss" in h]
-    np.testing.assert_allclose(ours, theirs, atol=1e-6, rtol=0)
+    assert_runs_agree(coba, coba_log, grpo, grpo_log)

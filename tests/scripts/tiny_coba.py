@@ -96,6 +96,20 @@ class Recorder:
             trainer.allocator.allocate = record_allocation
 
 
+def assert_runs_agree(coba, coba_log: Recorder, grpo, grpo_log: Recorder) -> None:
+    """Two runs, recorded by `Recorder`, saw equal rewards and advantages at every round and logged equal losses."""
+    import torch
+
+    assert len(coba_log.rewards) == len(grpo_log.rewards) >= 2
+    for ours, theirs in zip(coba_log.rewards, grpo_log.rewards, strict=True):
+        torch.testing.assert_close(ours, theirs, atol=1e-6, rtol=0)
+    for ours, theirs in zip(coba_log.advantages, grpo_log.advantages, strict=True):
+        torch.testing.assert_close(ours, theirs, atol=1e-6, rtol=0)
+    ours = [h["loss"] for h in coba.state.log_history if "loss" in h]
+    theirs = [h["loss"] for h in grpo.state.log_history if "loss" in h]
+    np.testing.assert_allclose(ours, theirs, atol=1e-6, rtol=0)
+
+
 class RoundRecorder:
     """Records every training round a CoBA trainer plans: (prompt ids, group sizes), in order."""
 
