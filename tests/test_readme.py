@@ -122,6 +122,10 @@ def run(command: str):
         main, args = evaluate_script().main, argv[2:] + ["--max_problems", "4", "--dtype", "float32"]
     elif argv[1:3] == ["-m", "coba_trl.plot"]:
         main, args = plot.main, argv[3:]
+    elif argv[1:3] == ["-m", "coba_trl.demo.model"]:
+        from coba_trl.demo import model
+
+        main, args = model.main, argv[3:]
     else:
         raise AssertionError(f"the README shell test has no runner for {command!r}")
     try:

@@ -55,14 +55,14 @@ def test_the_demo_runs_against_the_readme_server(tmp_path, vllm_server):
     assert summary["steps"] == 4
 
 
-def test_the_docs_start_the_server_the_tests_start():
-    # The demo's server commands (docs/demo.md, docs/vllm.md) are the ones these tests and the benchmark run.
+def test_the_readme_starts_the_server_the_tests_start():
+    # The demo's server commands (README, docs/demo.md, docs/vllm.md) are the ones these tests and the benchmark run.
     from tests.test_readme import fenced_blocks
 
     env = " ".join(f"{name}={value}" for name, value in SERVER_ENV.items())
     expected = f"{env} {shlex.join(server_command('outputs/demo-model'))}"
-    for page in ("demo.md", "vllm.md"):
-        blocks = [code.replace("\\\n", " ") for _, code in fenced_blocks((ROOT / "docs" / page).read_text())]
+    for page in ("README.md", "docs/demo.md", "docs/vllm.md"):
+        blocks = [code.replace("\\\n", " ") for _, code in fenced_blocks((ROOT / page).read_text())]
         commands = [" ".join(line.split("#")[0].split()) for code in blocks for line in code.splitlines()]
         assert expected in commands, page
         assert "python -m coba_trl.demo.model outputs/demo-model" in commands, page
