@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import functools
 import importlib.util
-from contextlib import contextmanager, nullcontext
+from contextlib import nullcontext
+from unittest.mock import patch
 
 import trl.generation.vllm_generation as trl_vllm_generation
 import trl.trainer.grpo_trainer as trl_grpo_trainer
@@ -54,22 +55,20 @@ class CoBAVLLMGeneration(VLLMGeneration):
     def _init_vllm(self):
         if self.mode == "server" and self.accelerator.device.type == "cpu":
             # TRL's client sends weights over NCCL, which needs CUDA: a CPU trainer sends them as a file.
-            with _module_attribute(trl_vllm_generation, "VLLMClient", CPUWeightSyncClient):
+            with patch.object(trl_vllm_generation, "VLLMClient", CPUWeightSyncClient):
                 return super()._init_vllm()
         if self.mode == "colocate" and vllm_on_cpu():
             # vLLM runs a float32 checkpoint in bfloat16 unless told otherwise; on a CPU, where the trainer usually
             # computes in float32, the engine computes in the trainer's dtype so that their logprobs agree.
             engine = functools.partial(trl_vllm_generation.LLM, dtype=self._trainer_dtype())
-            with _module_attribute(trl_vllm_generation, "LLM", engine):
+            with patch.object(trl_vllm_generation, "LLM", engine):
                 return super()._init_vllm()
         return super()._init_vllm()
 
     def _trainer_dtype(self) -> str:
         """The dtype the trainer computes logprobs in: its mixed precision, else its weights' dtype."""
-        precision = self.accelerator.mixed_precision
-        if precision in ("bf16", "fp16"):
-            return {"bf16": "bfloat16", "fp16": "float16"}[precision]
-        return str(self.model.dtype).removeprefix("torch.")
+        mixed = {"bf16": "bfloat16", "fp16": "float16"}.get(self.accelerator.mixed_precision)
+        return mixed or str(self.model.dtype).removeprefix("torch.")
 
     def sync_weights(self):
         if self.mode != "colocate" or not vllm_on_cpu():
@@ -129,18 +128,6 @@ class CoBAVLLMGeneration(VLLMGeneration):
         }
 
 
-@contextmanager
 def built_by_trl():
-    """While GRPOTrainer.__init__ runs, it builds `CoBAVLLMGeneration` where it would build TRL's `VLLMGeneration`."""
-    with _module_attribute(trl_grpo_trainer, "VLLMGeneration", CoBAVLLMGeneration):
-        yield
-
-
-@contextmanager
-def _module_attribute(module, name: str, value):
-    original = getattr(module, name)
-    setattr(module, name, value)
-    try:
-        yield
-    finally:
-        setattr(module, name, original)
+    """A context in which GRPOTrainer.__init__ builds `CoBAVLLMGeneration` where it would build TRL's class."""
+    return patch.object(trl_grpo_trainer, "VLLMGeneration", CoBAVLLMGeneration)
