@@ -32,6 +32,7 @@ from coba_trl.distributed import shared_call
 from coba_trl.generation.vllm_backend import built_by_trl, check_vllm_installed
 from coba_trl.grouping import deal_groups, expected_length_weight
 from coba_trl.model_card import PAPER, complete_model_card
+from coba_trl.rollouts import RolloutGroups, grouped_rollout
 from coba_trl.round import (
     Phase,
     RoundPlan,
@@ -72,8 +73,10 @@ class CoBAGRPOTrainer(GRPOTrainer):
     (capability-oriented budget allocation, arXiv 2602.03048), Knapsack-RL or a uniform split (plain GRPO).
 
     Takes the same arguments as [`~trl.GRPOTrainer`], with `args` a [`CoBAConfig`]; `train_dataset` must be a
-    map-style [`~datasets.Dataset`]. `rollout_func` and `environment_factory` are not supported. The allocator and the
-    pass-rate history are public (`trainer.allocator`, `trainer.pass_rate_history`) and saved in every checkpoint.
+    map-style [`~datasets.Dataset`]. `environment_factory` and `tools` run TRL's tool loop on every row, and a
+    `rollout_func` written for GRPOTrainer works unchanged (`coba_trl.rollouts`; docs/setups.md). The allocator and the
+    pass-rate history are public (`trainer.allocator`, `trainer.pass_rate_history`) and saved in every checkpoint;
+    `trainer.rollout_groups` tells a custom rollout which group each of its rows is in, while one is generated.
 
     What the training loop hands around differs from GRPO in one place: the `inputs` that `training_step` (and
     `_prepare_inputs`) receive from the dataloader are this process's share of the round's *distinct* prompts, one
@@ -106,7 +109,7 @@ class CoBAGRPOTrainer(GRPOTrainer):
                 f"args must be a CoBAConfig, got {type(args).__name__}. Build it with "
                 "`CoBAConfig(**your_grpo_config.to_dict())` or pass the CoBA fields to CoBAConfig directly."
             )
-        check_features(kwargs.get("rollout_func"), kwargs.get("environment_factory"))
+        check_features(kwargs.get("environment_factory"), train_dataset)
         check_dataset(train_dataset, args.prompt_id_column, args.prior_pass_rate_column)
         check_reward_columns(reward_funcs, train_dataset.column_names)
         check_generation_kwargs(args.generation_kwargs, args.use_vllm)
@@ -119,6 +122,9 @@ class CoBAGRPOTrainer(GRPOTrainer):
         with built_by_trl() if args.use_vllm else nullcontext():  # TRL builds coba-trl's vLLM backend (generation/)
             super().__init__(model, reward_funcs, args, train_dataset, **kwargs)
         check_context_length(self.model, self.processing_class, train_dataset, args)
+        if self.rollout_func is not None:  # called once per group size, as GRPOTrainer calls it (coba_trl.rollouts)
+            self.rollout_func = grouped_rollout(self.rollout_func)
+        self.rollout_groups: RolloutGroups | None = None  # the generation phase in progress (docs/setups.md)
         self._success_index = check_success_reward(args.success_reward_func, self.reward_func_names)
         self.allocator = args.build_allocator()
         self.pass_rate_history = args.build_pass_rate_history()
@@ -243,15 +249,25 @@ class CoBAGRPOTrainer(GRPOTrainer):
         self.num_generations = 1  # one completion per expanded row, in every generation backend
         if self.use_vllm:
             self.vllm_generation.stay_awake = stay_awake
+        self.rollout_groups = RolloutGroups(dealt[self.accelerator.process_index].tolist(), group_sizes.tolist())
         try:
             output = super()._generate_and_score_completions(local_rows)
         finally:
             self.num_generations = mean_group_size
+            self.rollout_groups = None
             if self.use_vllm:
                 self.vllm_generation.stay_awake = False
         rewards, group_ids = self._captured_rewards, np.concatenate(dealt)
         check_phase_rewards(rewards, len(group_ids), len(self.reward_funcs))
         return Phase(output, rewards, group_ids)
+
+    def _tool_call_loop(self, *args, **kwargs):
+        # A process whose rows stop calling tools leaves TRL's loop while others still generate: with a vLLM server
+        # (a collective) it joins their generations with no rows until all are done (coba_trl.generation.row_shares).
+        output = super()._tool_call_loop(*args, **kwargs)
+        if self.use_vllm and self.vllm_mode == "server":
+            self.vllm_generation.join_until_done()
+        return output
 
     def _log_round(self, plan: RoundPlan, scored, phases: list[Phase]) -> None:
         """Replace what TRL logged per phase over groups of one by the round's values; add CoBA's metrics."""
@@ -273,6 +289,8 @@ class CoBAGRPOTrainer(GRPOTrainer):
         """The round's prompt ids: the id column, else the dataset indices the sampler scheduled for this step."""
         if self.args.prompt_id_column is not None:
             return [row[self.args.prompt_id_column] for row in prompts]
+        if "prompt" not in self.train_dataset.column_names:  # tasks whose environments write the prompt: no check
+            return self._round_sampler.round_indices(*self._round_sampler.locate(self._step))
         if self._prompt_texts is None:
             self._prompt_texts = self.train_dataset["prompt"]
         rank = self.accelerator.process_index

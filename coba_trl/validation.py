@@ -124,19 +124,14 @@ def check_generation_kwargs(generation_kwargs: dict | None, use_vllm: bool) -> N
         )
 
 
-def check_features(rollout_func, environment_factory) -> None:
-    """Reject the GRPOTrainer features whose contract assumes a fixed number of completions per prompt."""
-    if environment_factory is not None:
+def check_features(environment_factory, train_dataset) -> None:
+    """Refuse environments without a train_dataset: pass rates are kept per dataset prompt (docs/setups.md)."""
+    if environment_factory is not None and train_dataset is None:
         raise ValueError(
-            "environment_factory is not supported by CoBAGRPOTrainer: an environment owns and resets the prompt "
-            "itself, so dataset rows do not identify problems and per-prompt pass rates are meaningless. Use "
-            "GRPOTrainer, or pass a train_dataset of prompts with reward_funcs (and `tools` for multi-turn calls)."
-        )
-    if rollout_func is not None:
-        raise ValueError(
-            "rollout_func is not supported by CoBAGRPOTrainer: its contract returns num_generations completions per "
-            "prompt, while CoBA varies the count per prompt. Use the built-in generation (transformers or vLLM "
-            "colocate / server) or GRPOTrainer."
+            "environment_factory without a train_dataset is not supported by CoBAGRPOTrainer: the prompts then come "
+            "from each environment's reset(), so no prompt is seen twice and there is nothing to keep a pass rate "
+            "for, which is what CoBA allocates by. Pass a train_dataset of tasks, one row per task (each rollout's "
+            "environment is reset with its row's columns as keyword arguments), or train with GRPOTrainer."
         )
 
 

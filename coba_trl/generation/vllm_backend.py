@@ -1,8 +1,9 @@
-"""`CoBAVLLMGeneration`: TRL's `VLLMGeneration` with the three changes CoBA's rounds need, each narrow and guarded.
+"""`CoBAVLLMGeneration`: TRL's `VLLMGeneration` with the four changes CoBA's rounds need, each narrow and guarded.
 
 1. Server mode keeps vLLM's n-sampling (`generate`): the rows of a round, one per completion, are asked for as one
    request per distinct group size with n = that size (`coba_trl.generation.requests`); prompts with images take
-   TRL's path, one row per request.
+   TRL's path, one row per request. Each process takes its own rows' completions even when the processes hold
+   different numbers of rows, as they do in a tool loop (`coba_trl.generation.row_shares`, and 4).
 2. vLLM's CPU build (`sync_weights`, `_init_vllm`): a colocated engine loads weights through vLLM's layerwise reload
    and packs its LM head again (`coba_trl.generation.cpu_weights.load_weights`), and computes in the trainer's dtype
    (vLLM would run a float32 checkpoint in bfloat16); a CPU trainer talks to a server through `CPUWeightSyncClient`
@@ -11,6 +12,8 @@
    after every generation and pushes the weights again before the next, so a round's second phase would gather and
    push every weight a second time (under FSDP or ZeRO-3, a full gather). While `stay_awake` is set the engine stays
    awake after generating; the trainer sets it for phase 1 and calls `sleep` when the round is done generating.
+4. Tool loops in server mode (`join_until_done`): a process whose rows called no more tools joins the generations the
+   other processes still make, with no rows, so that none of them waits for it in a gather.
 
 `CoBAGRPOTrainer` builds it in place of TRL's class (`built_by_trl`); everything else is TRL's.
 """
@@ -29,6 +32,7 @@ from trl.generation.vllm_generation import VLLMGeneration
 
 from coba_trl.generation.cpu_weights import CPUWeightSyncClient, load_weights
 from coba_trl.generation.requests import generate_grouped
+from coba_trl.generation.row_shares import padding, row_slice, share_of
 
 
 def check_vllm_installed(use_vllm: bool) -> None:
@@ -78,10 +82,8 @@ class CoBAVLLMGeneration(VLLMGeneration):
         self.llm.reset_prefix_cache()
 
     def generate(self, prompts, images, num_generations, profiler=None):
-        if self.mode == "server" and num_generations == 1:
-            has_images = any(gather_object([images is not None and any(image is not None for image in images)]))
-            if not has_images:
-                return self._generate_grouped(prompts, profiler)
+        if self.mode == "server":
+            return self._generate_on_server(prompts, images, num_generations, profiler)
         if not (self.mode == "colocate" and self.enable_sleep_mode and self.stay_awake):
             return super().generate(prompts, images, num_generations, profiler)
         # Generate as TRL does, but leave the engine awake for the round's next phase.
@@ -100,18 +102,41 @@ class CoBAVLLMGeneration(VLLMGeneration):
             self.llm.sleep(level=2)
             self._llm_weights_sleeping = True
 
-    def _generate_grouped(self, prompts, profiler):
-        """Server mode, one completion per row: one request per distinct group size (module docstring, 1)."""
+    def join_until_done(self):
+        """Server mode: after this process's last generation of a tool loop, join the generations the other
+        processes still make, with no rows, until no process is generating (module docstring, 4)."""
+        while self._generate_on_server([], None, 1, None, generating=False) is not None:
+            pass
+
+    def _generate_on_server(self, prompts, images, num_generations, profiler, generating=True):
+        """Server mode with each process's own number of rows (`coba_trl.generation.row_shares`); None once no
+        process is generating. One completion per row goes as grouped requests (module docstring, 1); images, and
+        several completions per row, take TRL's path, each process's rows padded to the largest share."""
+        shares = gather_object([share_of(prompts, images, num_generations, generating)])
+        active = [share for share in shares if share.generating]
+        if not active:
+            return None
+        rank = self.accelerator.process_index
+        num_generations = active[0].num_generations
+        if any(share.has_images for share in shares) or num_generations > 1:
+            if len({share.rows for share in shares}) == 1:
+                return super().generate(prompts, images, num_generations, profiler)
+            pad_prompts, pad_images = padding(shares, rank)
+            padded_images = None
+            if images is not None or any(image is not None for image in pad_images):
+                padded_images = (images or [None] * len(prompts)) + pad_images
+            output = super().generate(prompts + pad_prompts, padded_images, num_generations, profiler)
+            return tuple(None if values is None else values[: len(prompts)] for values in output)
         all_prompts = gather_object(prompts)
         payload = None
-        if self.accelerator.is_main_process:
+        if self.accelerator.is_main_process and all_prompts:
             with profiler or nullcontext():
                 payload = generate_grouped(self.vllm_client, all_prompts, **self._sampling())
-        payload = broadcast_object_list([payload], from_process=0)[0]
-        start = self.accelerator.process_index * len(prompts)
-        rows = slice(start, start + len(prompts))
+        payload = broadcast_object_list([payload], from_process=0)[0] or {}
+        rows = row_slice(shares, rank)
         local = {key: None if values is None else values[rows] for key, values in payload.items()}
-        return [list(ids) for ids in prompts], local["completion_ids"], local["logprobs"], local["logprob_token_ids"]
+        completion_ids = local.get("completion_ids", [])
+        return [list(ids) for ids in prompts], completion_ids, local.get("logprobs"), local.get("logprob_token_ids")
 
     def _sampling(self) -> dict:
         """The sampling parameters TRL's server path sends, less `n`."""
