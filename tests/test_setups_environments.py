@@ -20,6 +20,7 @@ def _assert_rounds_match_the_log(record_rounds: list[dict], logged: list[dict], 
         for prompt_id, size in zip(entry["prompt_ids"], entry["group_sizes"], strict=True):
             planned[task_of(prompt_id)] += size
         assert Counter(seen["rewarded"]) == planned
+        assert all(calls == calls_wanted(task) for task, calls in seen["calls"])  # each row its own conversation
         if seen["resets"]:
             assert Counter(task for _, task in seen["resets"]) == planned
             assert sorted(seen["scored"]) == sorted([task, calls_wanted(task)] for task, _ in seen["scored"])

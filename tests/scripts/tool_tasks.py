@@ -81,14 +81,19 @@ def scripted_generate(tokenizer, batch_sizes: list):
 
 class Record:
     """What one process saw, per generation round: the tasks each environment was reset with, the tasks of the
-    completions that reached the reward, and each environment's count of calls when it was scored."""
+    completions that reached the reward with the tool results in each, and each environment's count of calls when it
+    was scored."""
 
     def __init__(self):
         self.rounds, self.resets = [], []
 
     def reward(self, completions, task, **kwargs):
         """A reward function that records the round (it returns 0, so it does not move any advantage)."""
-        self.rounds.append({"rewarded": [int(t) for t in task], "resets": self.resets, "scored": []})
+        calls = [sum(message["role"] == "tool" for message in completion) for completion in completions]
+        rewarded = [[int(t), n] for t, n in zip(task, calls, strict=True)]
+        self.rounds.append(
+            {"rewarded": [int(t) for t in task], "calls": rewarded, "resets": self.resets, "scored": []}
+        )
         self.resets = []
         return [0.0] * len(completions)
 
