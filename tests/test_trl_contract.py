@@ -197,3 +197,19 @@ def test_step_counts_training_steps_and_sets_the_generation_rounds(tmp_path):
         f"TRL generated at micro-steps {calls}, not at every _step % (steps_per_generation * num_iterations) == 0 "
         f"([0, 2, 4]); CoBAGRPOTrainer's rounds and resume assume that schedule. {UPGRADE}"
     )
+
+
+def test_trls_server_path_slices_each_process_at_its_index_times_its_rows():
+    # Why coba_trl.generation.row_shares exists: with different numbers of rows per process (a tool loop's turns),
+    # TRL's server path hands process 1 a slice of process 0's completions. When this fails, TRL slices by the
+    # gathered sizes itself and CoBAVLLMGeneration's padding of TRL's path can go.
+    import trl.generation.vllm_generation as trl_vllm_generation
+    from scripts.fake_collectives import FakeServer, World, server_generation
+
+    world, server = World(2), FakeServer()
+    generations = [server_generation(trl_vllm_generation.VLLMGeneration, world, rank, server) for rank in range(2)]
+    rows = {0: [[1], [2], [3]], 1: [[4]]}
+    with world.patch(trl_vllm_generation):
+        results = world.run(*[lambda rank=rank: generations[rank].generate(rows[rank], None, 1) for rank in range(2)])
+    assert results[0][1] == [[1, -1, 0], [2, -1, 0], [3, -1, 0]]
+    assert results[1][1] == [[2, -1, 0]]  # process 1 gets process 0's second row, not its own [4]
