@@ -14,6 +14,7 @@ in and how large each group is.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass
 
@@ -25,11 +26,13 @@ class RolloutGroups:
     """The generation phase in progress, as `trainer.rollout_groups` (None outside a training phase).
 
     `group_ids[r]`: the group (index into the round's distinct prompts, in sampler order) of this process's row r;
-    `group_sizes[g]`: the rows group g has in this phase over all processes (a group may span processes).
+    `group_sizes[g]`: the rows group g has in this phase over all processes (a group may span processes);
+    `rows[j]`: during a `rollout_func` call, the row (index into `group_ids`) of the call's j-th prompt.
     """
 
     group_ids: list[int]
     group_sizes: list[int]
+    rows: list[int] | None = None
 
 
 def local_groups(group_ids: list[int]) -> dict[int, list[int]]:
@@ -57,10 +60,11 @@ def grouped_rollout(rollout_func):
         for size in sizes:
             rows = [row for group_rows in rows_of.values() if len(group_rows) == size for row in group_rows]
             mean_group_size, trainer.num_generations = trainer.num_generations, size
+            trainer.rollout_groups = dataclasses.replace(groups, rows=rows)
             try:
                 output = rollout_func([prompts[row] for row in rows], trainer)
             finally:
-                trainer.num_generations = mean_group_size
+                trainer.num_generations, trainer.rollout_groups = mean_group_size, groups
             for key, values in output.items():
                 if not isinstance(values, list) or len(values) != len(rows):
                     raise ValueError(

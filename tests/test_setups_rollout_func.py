@@ -92,5 +92,6 @@ def test_a_grpo_rollout_func_gives_each_prompt_its_group(tmp_path, monkeypatch, 
     assert [k for _, k, _ in calls] == [1, 2, 9, 3, 6, 1, 5, 6]
     for prompts, k, groups in calls:
         assert len(prompts) % k == 0 and all(len(set(prompts[i : i + k])) == 1 for i in range(0, len(prompts), k))
-        assert sum(groups.group_sizes) == 12 and len(groups.group_ids) == 12
+        assert sum(groups.group_sizes) == 12 and len(groups.group_ids) == 12 and len(groups.rows) == len(prompts)
+        assert all(groups.group_sizes[groups.group_ids[row]] == k for row in groups.rows)  # 1 process: whole groups
     assert trainer.num_generations == 4 and trainer.rollout_groups is None  # restored after the round
