@@ -7,7 +7,9 @@ rollout's environment counts its own calls, so a shared or reused-without-reset 
 tokenizer is the byte tokenizer with TRL's Qwen2.5 chat template, which renders and parses tool calls.
 
 `torchrun --nproc_per_node 2 tests/scripts/tool_tasks.py OUT_DIR MODE` writes, per rank, what the reward and the
-environments saw in each round to OUT_DIR/rank{R}.json (MODE: `environment`, `environments` or `tools`).
+environments saw in each round to OUT_DIR/rank{R}.json (MODE: `environment`, `environments` or `tools`). With
+TOOL_TASKS_VLLM_SERVER set (a server's base URL, on the model folder TOOL_TASKS_MODEL), it generates with that
+vLLM server, the server's answers scripted the same way (`scripted_server`).
 """
 
 from __future__ import annotations
@@ -148,6 +150,22 @@ def task_dataset(num_tasks: int = 6, environments: list[str] | None = None) -> D
     return Dataset.from_dict(columns)
 
 
+def scripted_server(client, tokenizer) -> None:
+    """Script a vLLM client's answers as `scripted_generate` scripts the model's: the request still goes to the real
+    server (weights synced, n completions per prompt), and each completion is then replaced by `scripted_reply`."""
+    send = client.generate
+
+    def generate(prompts, n=1, **kwargs):
+        output = send(prompts, n=n, **kwargs)
+        replies = [tokenizer.encode(scripted_reply(tokenizer.decode(p)), add_special_tokens=False) for p in prompts]
+        output["completion_ids"] = [reply for reply in replies for _ in range(n)]
+        output["logprobs"] = [[[0.0] for _ in ids] for ids in output["completion_ids"]]
+        output["logprob_token_ids"] = [[[token] for token in ids] for ids in output["completion_ids"]]
+        return output
+
+    client.generate = generate
+
+
 def build(out_dir: str, mode: str, num_processes: int = 1, scripted: bool = True, **overrides):
     """A CoBAGRPOTrainer on the scripted tasks; returns (trainer, record, generate batch sizes).
 
@@ -157,7 +175,18 @@ def build(out_dir: str, mode: str, num_processes: int = 1, scripted: bool = True
     from coba_trl import CoBAConfig, CoBAGRPOTrainer
 
     tokenizer = tool_tokenizer()
-    model = build_tiny_qwen2(tokenizer, hidden_size=16, max_position_embeddings=2048)
+    server_url = os.environ.get("TOOL_TASKS_VLLM_SERVER")  # a vLLM server on the model folder TOOL_TASKS_MODEL
+    if server_url:
+        overrides = dict(
+            use_vllm=True,
+            vllm_mode="server",
+            vllm_server_base_url=server_url,
+            vllm_importance_sampling_correction=False,  # the scripted completions are not the server's samples
+            **overrides,
+        )
+        model = os.environ["TOOL_TASKS_MODEL"]
+    else:
+        model = build_tiny_qwen2(tokenizer, hidden_size=16, max_position_embeddings=2048)
     record, batch_sizes = Record(), []
     config = dict(TOOL_ARGS, per_device_train_batch_size=8 // num_processes, num_generations=4, max_steps=3)
     kwargs = {}
@@ -180,7 +209,59 @@ def build(out_dir: str, mode: str, num_processes: int = 1, scripted: bool = True
         sizes = iter(SCRIPTED_SIZES)
         trainer.allocator.allocate = lambda pass_rates, total_budget: np.array(next(sizes))
     trainer.model.generate = scripted_generate(tokenizer, batch_sizes)
+    if server_url:
+        generate = trainer.vllm_generation.generate
+
+        def record_rows(prompts, *args, **kwargs):
+            batch_sizes.append(len(prompts))
+            return generate(prompts, *args, **kwargs)
+
+        trainer.vllm_generation.generate = record_rows
+        if trainer.accelerator.is_main_process:
+            scripted_server(trainer.vllm_generation.vllm_client, tokenizer)
     return trainer, record, batch_sizes
+
+
+def launch_two_processes(out_dir: Path, mode: str, env: dict | None = None) -> list[dict]:
+    """Run this script on two processes (torchrun, gloo) and return what each rank wrote."""
+    import subprocess
+
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "HF_HUB_OFFLINE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        **(env or {}),
+    }
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", __file__]
+    result = subprocess.run([*command, str(out_dir), mode], env=env, capture_output=True, text=True, timeout=500)
+    assert result.returncode == 0, result.stderr[-4000:]
+    return [json.loads((out_dir / f"rank{rank}.json").read_text()) for rank in range(2)]
+
+
+def assert_two_processes_gave_every_row_its_rollout(ranks: list[dict], logged: list[dict], mode: str) -> None:
+    """Per round, over both processes: each task's completions (each with its own task's tool results), resets and
+    scored environments are its logged group size; the processes regenerated different numbers of rows."""
+    from collections import Counter
+
+    assert [entry["group_sizes"] for entry in logged] == SCRIPTED_SIZES
+    for index, entry in enumerate(logged):
+        planned = Counter(dict(zip(entry["prompt_ids"], entry["group_sizes"], strict=True)))
+        rounds = [rank["rounds"][index] for rank in ranks]
+        assert len(rounds[0]["rewarded"]) == len(rounds[1]["rewarded"]) == 4  # 8 rows dealt 4 + 4
+        assert sum((Counter(r["rewarded"]) for r in rounds), Counter()) == planned
+        assert all(calls == calls_wanted(task) for r in rounds for task, calls in r["calls"])  # its own completion
+        if mode == "environment":
+            assert sum((Counter(task for _, task in r["resets"]) for r in rounds), Counter()) == planned
+            scored = [pair for r in rounds for pair in r["scored"]]
+            assert len(scored) == 8 and all(total == calls_wanted(task) for task, total in scored)
+            sizes = zip(entry["prompt_ids"], entry["group_sizes"], strict=True)
+            assert entry["successes"] == [size if calls_wanted(task) else 0 for task, size in sizes]
+    assert ranks[0]["batch_sizes"] != ranks[1]["batch_sizes"]  # each process regenerated its own rows' tool calls
+    frequency = [
+        [e["tools/call_frequency"] for e in rank["log_history"] if "tools/call_frequency" in e] for rank in ranks
+    ]
+    assert frequency[0] == frequency[1] and len(frequency[0]) == len(SCRIPTED_SIZES)
 
 
 def main(out_dir: str, mode: str) -> None:
