@@ -49,13 +49,12 @@ def test_a_missing_column_names_the_field(tmp_path, model_and_tokenizer, field):
         _build(tmp_path, model_and_tokenizer, args=args)
 
 
-@pytest.mark.parametrize(
-    ("feature", "value"),
-    [("environment_factory", object), ("rollout_func", lambda prompts, trainer: {})],
-)
-def test_unsupported_grpo_features_are_refused(tmp_path, model_and_tokenizer, feature, value):
-    with pytest.raises(ValueError, match=feature):
-        _build(tmp_path, model_and_tokenizer, **{feature: value})
+def test_an_environment_without_a_train_dataset_is_refused(tmp_path, model_and_tokenizer):
+    # With a train_dataset, environments and rollout_func are supported (tests/test_setups_*.py).
+    model, tokenizer = model_and_tokenizer
+    args = CoBAConfig(output_dir=str(tmp_path), per_device_train_batch_size=8, num_generations=4, **TINY_ARGS)
+    with pytest.raises(ValueError, match="environment_factory without a train_dataset"):
+        CoBAGRPOTrainer(model, parity_reward, args=args, processing_class=tokenizer, environment_factory=object)
 
 
 def test_an_unknown_success_reward_func_is_refused(tmp_path, model_and_tokenizer):
