@@ -45,6 +45,7 @@ from coba_trl.round import (
     replayed_plan,
     score_round,
     screen_round,
+    success_signal_warning,
 )
 from coba_trl.round_log import RoundLog, plain
 from coba_trl.sampling import RoundSampler
@@ -123,6 +124,7 @@ class CoBAGRPOTrainer(GRPOTrainer):
         self.allocator = args.build_allocator()
         self.pass_rate_history = args.build_pass_rate_history()
         self._captured_rewards = None  # the rewards TRL gathered in the latest generation call
+        self._success_signal_warned = False
         self._round_sampler: RoundSampler | None = None
         self._prompt_texts = None  # the train set's prompt column, to check rows against the sampler's schedule
         self._current_round: dict | None = None  # the round in progress, saved with every checkpoint
@@ -204,6 +206,12 @@ class CoBAGRPOTrainer(GRPOTrainer):
             gather_sum=lambda n: self.accelerator.gather(n).sum(),
         )
         self._log_round(plan, scored, phases)
+        if not self._success_signal_warned:  # a success reward that is not right-or-wrong: warn in the first round
+            name = self.reward_func_names[self._success_index]
+            message = success_signal_warning(phases, Scoring.of(self), name, self.args.success_reward_func)
+            if message is not None:
+                logger.warning(message)
+                self._success_signal_warned = True
         if plan.observe:
             observe_round(self.pass_rate_history, self.allocator, plan, scored)
             if self._round_log is not None:
