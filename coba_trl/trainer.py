@@ -22,6 +22,7 @@ from contextlib import nullcontext
 import numpy as np
 from accelerate.logging import get_logger
 from accelerate.utils import gather_object
+from datasets import IterableDataset
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl import GRPOTrainer
 
@@ -49,6 +50,7 @@ from coba_trl.round import (
 )
 from coba_trl.round_log import RoundLog, plain
 from coba_trl.sampling import RoundSampler
+from coba_trl.streaming import round_stream
 from coba_trl.telemetry import merge_phase_metrics, round_metrics
 from coba_trl.validation import (
     check_context_length,
@@ -58,6 +60,7 @@ from coba_trl.validation import (
     check_reward_columns,
     check_success_reward,
     check_two_phase_layout,
+    dataset_columns,
 )
 
 check_trl_compatibility()
@@ -72,8 +75,8 @@ class CoBAGRPOTrainer(GRPOTrainer):
     [`~trl.GRPOTrainer`] whose prompts get different numbers of completions, chosen each generation round by CoBA-RL
     (capability-oriented budget allocation, arXiv 2602.03048), Knapsack-RL or a uniform split (plain GRPO).
 
-    Takes the same arguments as [`~trl.GRPOTrainer`], with `args` a [`CoBAConfig`]; `train_dataset` must be a
-    map-style [`~datasets.Dataset`]. `rollout_func` and `environment_factory` are not supported. The allocator and the
+    Takes the same arguments as [`~trl.GRPOTrainer`], with `args` a [`CoBAConfig`]; `train_dataset` is a
+    [`~datasets.Dataset`], or an [`~datasets.IterableDataset`] with `prompt_id_column` set. `rollout_func` and `environment_factory` are not supported. The allocator and the
     pass-rate history are public (`trainer.allocator`, `trainer.pass_rate_history`) and saved in every checkpoint.
 
     What the training loop hands around differs from GRPO in one place: the `inputs` that `training_step` (and
@@ -109,7 +112,7 @@ class CoBAGRPOTrainer(GRPOTrainer):
             )
         check_features(kwargs.get("rollout_func"), kwargs.get("environment_factory"))
         check_dataset(train_dataset, args.prompt_id_column, args.prior_pass_rate_column)
-        check_reward_columns(reward_funcs, train_dataset.column_names)
+        check_reward_columns(reward_funcs, dataset_columns(train_dataset))
         check_generation_kwargs(args.generation_kwargs, args.use_vllm)
         check_vllm_installed(args.use_vllm)
         # GRPOConfig makes generation_batch_size a multiple of the processes and of steps_per_generation.
@@ -167,9 +170,15 @@ class CoBAGRPOTrainer(GRPOTrainer):
         return self._round_sampler
 
     def get_train_dataloader(self):
-        # Each process loads its share of the round's distinct prompts (padded when P does not divide M).
+        # Each process loads its share of the round's distinct prompts (padded when P does not divide M); a stream is
+        # reshaped into the same rounds (`coba_trl.streaming`), as a sampler cannot order it.
+        dataset = self.train_dataset
+        if isinstance(dataset, IterableDataset):
+            repeats = self.num_iterations * self.args.steps_per_generation
+            processes, seed = self.accelerator.num_processes, self.args.seed
+            dataset = round_stream(dataset, self._prompts_per_round, processes, repeats, self.shuffle_dataset, seed)
         return self._get_dataloader(
-            dataset=self.train_dataset,
+            dataset=dataset,
             description="Training",
             batch_size=math.ceil(self._prompts_per_round / self.accelerator.num_processes),
             sampler_fn=self._get_train_sampler,
@@ -314,8 +323,11 @@ class CoBAGRPOTrainer(GRPOTrainer):
         if state is None or "micro_step" not in state:
             # No saved micro-step (no CoBA state, or one from coba-trl 0.1): continue from where the Trainer's
             # fast-forward puts the dataloader, so the round sampler's schedule still names the prompts it loads.
-            steps = self.args.gradient_accumulation_steps
-            self._step = self._round_sampler.fast_forward_micro_step(self.state.global_step, steps)
+            steps, sampler = self.args.gradient_accumulation_steps, self._round_sampler
+            if sampler is None:  # a stream: one endless epoch (`coba_trl.streaming`)
+                self._step = self.state.global_step * steps
+            else:
+                self._step = sampler.fast_forward_micro_step(self.state.global_step, steps)
             logger.warning(f"{checkpoint} has no saved micro-step: a round interrupted by it is allocated afresh.")
         else:
             # TRL does not checkpoint its micro-step counter; restoring it keeps every later round where it was.
