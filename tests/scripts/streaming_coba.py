@@ -54,7 +54,7 @@ def stream_trainer(out_dir: str, dataset=None, **overrides):
     from coba_trl import CoBAConfig, CoBAGRPOTrainer
 
     model, tokenizer = tiny_model()
-    args = CoBAConfig(output_dir=out_dir, prompt_id_column="uid", **{**STREAM_ARGS, **overrides})
+    args = CoBAConfig(output_dir=out_dir, **{**STREAM_ARGS, "prompt_id_column": "uid", **overrides})
     reward = CountingReward()
     dataset = prompt_stream() if dataset is None else dataset
     trainer = CoBAGRPOTrainer(model, reward, args=args, train_dataset=dataset, processing_class=tokenizer)
