@@ -1,12 +1,15 @@
 """A success reward that is not right-or-wrong: the once-only warning and the logged success rate per round."""
 
 import logging
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
+import torch
 from scripts.tiny_coba import TINY_ARGS, Recorder, parity_reward, prompt_dataset, tiny_model
 
 from coba_trl import CoBAConfig, CoBAGRPOTrainer
+from coba_trl.round import Phase, success_signal_warning
 
 
 def reward_len(completions, **kwargs):
@@ -67,3 +70,17 @@ def test_a_right_or_wrong_reward_never_warns_and_logs_its_success_rate(tmp_path,
     assert _warnings(caplog) == []
     expected = [float(rewards[:, 0].mean()) for rewards in log.rewards]
     assert _logged(trainer, "coba/success_rate") == pytest.approx(expected)
+
+
+def _phase_warning(rewards, threshold=1.0):
+    scores = torch.tensor(rewards, dtype=torch.float32)[:, None]
+    settings = SimpleNamespace(success_index=0, success_threshold=threshold)
+    return success_signal_warning([Phase({}, scores, np.zeros(len(rewards), dtype=int))], settings, "r", None)
+
+
+def test_the_warning_needs_values_other_than_0_and_1_and_no_separation():
+    assert _phase_warning([0.0, 0.0, float("nan")]) is None  # right-or-wrong, only failures: a hard round
+    assert _phase_warning([1.0, 1.0]) is None
+    assert _phase_warning([0.5, 1.0]) is None  # partial credit, some successes
+    assert "from 0 to 0.5" in _phase_warning([0.0, 0.5, float("nan")])  # NaN left out of the range
+    assert "every completion reached success_threshold (-3)" in _phase_warning([-2.0, 0.5], threshold=-3.0)

@@ -37,25 +37,30 @@ def prompt_stream(num_prompts: int = 8, split: int = 5) -> IterableDataset:
 
 
 class CountingReward:
-    """Parity of the completion's length (a success at even length); records, per call, the rows of each prompt id."""
+    """Records, per call, the rows of each prompt id. Rewards the parity of the completion's length (a success at even
+    length), or with `by_step` a function of the prompt and the step alone, so that runs agree whatever the
+    completions (a resumed run regenerates the round it was interrupted in)."""
 
     __name__ = "counting_reward"
 
-    def __init__(self):
+    def __init__(self, by_step: bool = False):
         self.calls = []
+        self.by_step = by_step
 
-    def __call__(self, completions, uid, **kwargs):
+    def __call__(self, completions, uid, trainer_state, **kwargs):
         self.calls.append(dict(Counter(uid)))
+        if self.by_step:
+            return [float((int(u[1:]) + trainer_state.global_step) % 3 == 0) for u in uid]
         return [float(len(completion) % 2 == 0) for completion in completions]
 
 
-def stream_trainer(out_dir: str, dataset=None, **overrides):
+def stream_trainer(out_dir: str, dataset=None, by_step: bool = False, **overrides):
     """A CoBA trainer on `prompt_stream()` (ids in `uid`), with a `CountingReward` and a `RoundRecorder` attached."""
     from coba_trl import CoBAConfig, CoBAGRPOTrainer
 
     model, tokenizer = tiny_model()
     args = CoBAConfig(output_dir=out_dir, **{**STREAM_ARGS, "prompt_id_column": "uid", **overrides})
-    reward = CountingReward()
+    reward = CountingReward(by_step)
     dataset = prompt_stream() if dataset is None else dataset
     trainer = CoBAGRPOTrainer(model, reward, args=args, train_dataset=dataset, processing_class=tokenizer)
     return trainer, reward, RoundRecorder(trainer)
