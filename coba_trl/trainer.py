@@ -76,8 +76,9 @@ class CoBAGRPOTrainer(GRPOTrainer):
     (capability-oriented budget allocation, arXiv 2602.03048), Knapsack-RL or a uniform split (plain GRPO).
 
     Takes the same arguments as [`~trl.GRPOTrainer`], with `args` a [`CoBAConfig`]; `train_dataset` is a
-    [`~datasets.Dataset`], or an [`~datasets.IterableDataset`] with `prompt_id_column` set. `rollout_func` and `environment_factory` are not supported. The allocator and the
-    pass-rate history are public (`trainer.allocator`, `trainer.pass_rate_history`) and saved in every checkpoint.
+    [`~datasets.Dataset`], or an [`~datasets.IterableDataset`] with `prompt_id_column` set. `rollout_func` and
+    `environment_factory` are not supported. The allocator and the pass-rate history are public (`trainer.allocator`,
+    `trainer.pass_rate_history`) and saved in every checkpoint.
 
     What the training loop hands around differs from GRPO in one place: the `inputs` that `training_step` (and
     `_prepare_inputs`) receive from the dataloader are this process's share of the round's *distinct* prompts, one
