@@ -27,6 +27,7 @@ import os
 import re
 import textwrap
 
+from datasets import IterableDataset
 from huggingface_hub import ModelCard
 
 import coba_trl
@@ -171,7 +172,8 @@ def complete_model_card(
         card.data.license = PROJECT_LICENSE  # weights made by coba-trl from scratch
     if not is_hub_id(source):
         card.data.base_model = None
-    prompt = trainer.train_dataset[0]["prompt"]
+    dataset = trainer.train_dataset
+    prompt = (next(iter(dataset.take(1))) if isinstance(dataset, IterableDataset) else dataset[0])["prompt"]
     text = re.sub(
         r"## Quick start\n.*?(?=## Training procedure)",
         lambda _: quick_start(location, prompt, args.max_completion_length, device_map),

@@ -184,6 +184,31 @@ def group_successes(
     return np.bincount(np.asarray(group_ids), weights=success, minlength=num_groups).astype(np.int64)
 
 
+def success_signal_warning(phases: list[Phase], settings: Scoring, reward_name: str, field_value) -> str | None:
+    """A warning when the success reward is not right-or-wrong and `success_threshold` separates none of the round's
+    completions: its values are not all 0 and 1 (NaN left out), and no completion reaches the threshold, or every one
+    does. Every pass rate is then 0 (or 1) and the allocator has no success signal. None when the round is fine."""
+    rewards, _ = round_rows(phases)
+    scores = rewards[:, settings.success_index].float().cpu().numpy()
+    scores = scores[~np.isnan(scores)]
+    if scores.size == 0 or np.isin(scores, (0.0, 1.0)).all():
+        return None
+    reached = scores >= settings.success_threshold
+    if reached.any() and not reached.all():
+        return None
+    low, high, threshold = float(scores.min()), float(scores.max()), settings.success_threshold
+    outcome = "every completion reached" if reached.all() else "no completion reached"
+    rate = "1 (every prompt very easy)" if reached.all() else "0 (every prompt very hard)"
+    return (
+        f"The success reward {reward_name!r} (success_reward_func={field_value!r}; None means the first reward "
+        f"function) took values from {low:g} to {high:g} in this round, not only 0 and 1, and {outcome} "
+        f"success_threshold ({threshold:g}): a success is a completion whose success reward is >= success_threshold, "
+        f"so every pass rate is {rate} and the allocator has no success signal. Set success_threshold to the reward "
+        "value that counts as a success (between those values), or success_reward_func to a right-or-wrong reward "
+        "function. This warning is given once."
+    )
+
+
 @dataclass
 class ScoredRound:
     """A round's advantages and zero-spread groups, and this process's batch of completion rows for the loss."""

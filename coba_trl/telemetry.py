@@ -38,7 +38,8 @@ def round_metrics(plan, scored, phases: list, reward_weights, reward_func_names:
     every reward function, left out as TRL leaves them out). TRL's `reward` averages over completion rows, so under
     CoBA a prompt weighs as much as its group is large; `coba/reward_per_prompt` and
     `coba/rewards/<name>/mean_per_prompt` average each group's mean over prompts instead: the quantity GRPO's
-    `reward` measures (all its groups are equal), for comparing curves.
+    `reward` measures (all its groups are equal), for comparing curves. `coba/success_rate` is the round's share of
+    successful completions (success reward >= `success_threshold`).
     """
     import torch
     from trl.trainer.utils import nanstd
@@ -55,6 +56,7 @@ def round_metrics(plan, scored, phases: list, reward_weights, reward_func_names:
             replaced[f"rewards/{name}/mean"] = torch.nanmean(rewards[:, column]).item()
             replaced[f"rewards/{name}/std"] = nanstd(rewards[:, column]).item()
     added = {"coba/reward_per_prompt": torch.nanmean(segment_nanmean(weighted, group_ids, num_groups)).item()}
+    added["coba/success_rate"] = float(np.sum(scored.successes) / np.sum(plan.group_sizes))
     for column, name in enumerate(reward_func_names):
         per_prompt = segment_nanmean(rewards[:, column], group_ids, num_groups)
         added[f"coba/rewards/{name}/mean_per_prompt"] = torch.nanmean(per_prompt).item()

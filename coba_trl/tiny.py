@@ -1,4 +1,4 @@
-"""Tiny, locally built Qwen2 models and byte-level tokenizers.
+"""Tiny, locally built Qwen2 models, a tiny vision-language model and byte-level tokenizers.
 
 Nothing here touches the Hugging Face Hub: the tests and the offline CPU demo build their models from these
 helpers so they run without a network. The tokenizer is byte-level (every UTF-8 byte is one token, no merges),
@@ -77,3 +77,81 @@ def build_tiny_qwen2(
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     return model
+
+
+# ChatML whose message content may also be a list of parts: {"type": "image"} (an image placeholder) or text.
+CHATML_VISION_TEMPLATE = (
+    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' }}"
+    "{% if message['content'] is string %}{{ message['content'] }}{% else %}{% for part in message['content'] %}"
+    "{% if part['type'] == 'image' %}{{ '<image>' }}{% elif part['type'] == 'text' %}{{ part['text'] }}{% endif %}"
+    "{% endfor %}{% endif %}{{ '<|im_end|>' + '\n' }}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+
+
+def build_tiny_llava(image_size: int = 28, hidden_size: int = 32, seed: int = 0):
+    """A randomly initialised LLaVA (a 1-layer CLIP vision tower, a 2-layer Qwen2 language model) and its processor,
+    built from `build_byte_tokenizer` plus an `<image>` token and a PIL CLIP image processor: `(model, processor)`.
+
+    Every image becomes (image_size / 14)^2 `<image>` tokens (4 at the default 28 pixels). LLaVA rather than
+    Qwen2-VL: transformers' Qwen2-VL processor also needs a video processor, which needs torchvision.
+    """
+    import torch
+    from transformers import (
+        CLIPImageProcessorPil,
+        CLIPVisionConfig,
+        LlavaConfig,
+        LlavaForConditionalGeneration,
+        LlavaProcessor,
+        Qwen2Config,
+    )
+
+    tokenizer = build_byte_tokenizer()
+    tokenizer.add_special_tokens({"additional_special_tokens": [SPECIAL_TOKENS[1], "<image>"]})
+    tokenizer.chat_template = CHATML_VISION_TEMPLATE
+    size = {"shortest_edge": image_size}
+    image_processor = CLIPImageProcessorPil(size=size, crop_size={"height": image_size, "width": image_size})
+    processor = LlavaProcessor(
+        image_processor=image_processor,
+        tokenizer=tokenizer,
+        patch_size=14,
+        vision_feature_select_strategy="default",
+        image_token="<image>",
+        num_additional_image_tokens=1,
+        chat_template=CHATML_VISION_TEMPLATE,
+    )
+    vision = CLIPVisionConfig(
+        hidden_size=hidden_size,
+        intermediate_size=2 * hidden_size,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        image_size=image_size,
+        patch_size=14,
+    )
+    text = Qwen2Config(
+        vocab_size=len(tokenizer),
+        hidden_size=hidden_size,
+        intermediate_size=2 * hidden_size,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        bos_token_id=None,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        tie_word_embeddings=True,
+    )
+    config = LlavaConfig(
+        vision_config=vision,
+        text_config=text,
+        image_token_id=tokenizer.convert_tokens_to_ids("<image>"),
+        vision_feature_layer=-1,
+        vision_feature_select_strategy="default",
+        tie_word_embeddings=True,
+    )
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        model = LlavaForConditionalGeneration(config)
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    return model, processor

@@ -22,6 +22,7 @@ from contextlib import nullcontext
 import numpy as np
 from accelerate.logging import get_logger
 from accelerate.utils import gather_object
+from datasets import IterableDataset
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl import GRPOTrainer
 
@@ -46,9 +47,11 @@ from coba_trl.round import (
     replayed_plan,
     score_round,
     screen_round,
+    success_signal_warning,
 )
 from coba_trl.round_log import RoundLog, plain
 from coba_trl.sampling import RoundSampler
+from coba_trl.streaming import round_stream
 from coba_trl.telemetry import merge_phase_metrics, round_metrics
 from coba_trl.validation import (
     check_context_length,
@@ -58,6 +61,7 @@ from coba_trl.validation import (
     check_reward_columns,
     check_success_reward,
     check_two_phase_layout,
+    dataset_columns,
 )
 
 check_trl_compatibility()
@@ -72,11 +76,12 @@ class CoBAGRPOTrainer(GRPOTrainer):
     [`~trl.GRPOTrainer`] whose prompts get different numbers of completions, chosen each generation round by CoBA-RL
     (capability-oriented budget allocation, arXiv 2602.03048), Knapsack-RL or a uniform split (plain GRPO).
 
-    Takes the same arguments as [`~trl.GRPOTrainer`], with `args` a [`CoBAConfig`]; `train_dataset` must be a
-    map-style [`~datasets.Dataset`]. `environment_factory` and `tools` run TRL's tool loop on every row, and a
-    `rollout_func` written for GRPOTrainer works unchanged (`coba_trl.rollouts`; docs/setups.md). The allocator and the
-    pass-rate history are public (`trainer.allocator`, `trainer.pass_rate_history`) and saved in every checkpoint;
-    `trainer.rollout_groups` tells a custom rollout which group each of its rows is in, while one is generated.
+    Takes the same arguments as [`~trl.GRPOTrainer`], with `args` a [`CoBAConfig`]; `train_dataset` is a
+    [`~datasets.Dataset`], or an [`~datasets.IterableDataset`] with `prompt_id_column` set. `environment_factory` and
+    `tools` run TRL's tool loop on every row, and a `rollout_func` written for GRPOTrainer works unchanged
+    (`coba_trl.rollouts`; docs/setups.md). The allocator and the pass-rate history are public (`trainer.allocator`,
+    `trainer.pass_rate_history`) and saved in every checkpoint; `trainer.rollout_groups` tells a custom rollout which
+    group each of its rows is in, while one is generated.
 
     What the training loop hands around differs from GRPO in one place: the `inputs` that `training_step` (and
     `_prepare_inputs`) receive from the dataloader are this process's share of the round's *distinct* prompts, one
@@ -111,7 +116,7 @@ class CoBAGRPOTrainer(GRPOTrainer):
             )
         check_features(kwargs.get("environment_factory"), train_dataset)
         check_dataset(train_dataset, args.prompt_id_column, args.prior_pass_rate_column)
-        check_reward_columns(reward_funcs, train_dataset.column_names)
+        check_reward_columns(reward_funcs, dataset_columns(train_dataset))
         check_generation_kwargs(args.generation_kwargs, args.use_vllm)
         check_vllm_installed(args.use_vllm)
         # GRPOConfig makes generation_batch_size a multiple of the processes and of steps_per_generation.
@@ -129,6 +134,7 @@ class CoBAGRPOTrainer(GRPOTrainer):
         self.allocator = args.build_allocator()
         self.pass_rate_history = args.build_pass_rate_history()
         self._captured_rewards = None  # the rewards TRL gathered in the latest generation call
+        self._success_signal_warned = False
         self._round_sampler: RoundSampler | None = None
         self._prompt_texts = None  # the train set's prompt column, to check rows against the sampler's schedule
         self._current_round: dict | None = None  # the round in progress, saved with every checkpoint
@@ -171,9 +177,15 @@ class CoBAGRPOTrainer(GRPOTrainer):
         return self._round_sampler
 
     def get_train_dataloader(self):
-        # Each process loads its share of the round's distinct prompts (padded when P does not divide M).
+        # Each process loads its share of the round's distinct prompts (padded when P does not divide M); a stream is
+        # reshaped into the same rounds (`coba_trl.streaming`), as a sampler cannot order it.
+        dataset = self.train_dataset
+        if isinstance(dataset, IterableDataset):
+            repeats = self.num_iterations * self.args.steps_per_generation
+            processes, seed = self.accelerator.num_processes, self.args.seed
+            dataset = round_stream(dataset, self._prompts_per_round, processes, repeats, self.shuffle_dataset, seed)
         return self._get_dataloader(
-            dataset=self.train_dataset,
+            dataset=dataset,
             description="Training",
             batch_size=math.ceil(self._prompts_per_round / self.accelerator.num_processes),
             sampler_fn=self._get_train_sampler,
@@ -210,6 +222,12 @@ class CoBAGRPOTrainer(GRPOTrainer):
             gather_sum=lambda n: self.accelerator.gather(n).sum(),
         )
         self._log_round(plan, scored, phases)
+        if not self._success_signal_warned:  # a success reward that is not right-or-wrong: warn in the first round
+            name = self.reward_func_names[self._success_index]
+            message = success_signal_warning(phases, Scoring.of(self), name, self.args.success_reward_func)
+            if message is not None:
+                logger.warning(message)
+                self._success_signal_warned = True
         if plan.observe:
             observe_round(self.pass_rate_history, self.allocator, plan, scored)
             if self._round_log is not None:
@@ -324,8 +342,11 @@ class CoBAGRPOTrainer(GRPOTrainer):
         if state is None or "micro_step" not in state:
             # No saved micro-step (no CoBA state, or one from coba-trl 0.1): continue from where the Trainer's
             # fast-forward puts the dataloader, so the round sampler's schedule still names the prompts it loads.
-            steps = self.args.gradient_accumulation_steps
-            self._step = self._round_sampler.fast_forward_micro_step(self.state.global_step, steps)
+            steps, sampler = self.args.gradient_accumulation_steps, self._round_sampler
+            if sampler is None:  # a stream: one endless epoch (`coba_trl.streaming`)
+                self._step = self.state.global_step * steps
+            else:
+                self._step = sampler.fast_forward_micro_step(self.state.global_step, steps)
             logger.warning(f"{checkpoint} has no saved micro-step: a round interrupted by it is allocated afresh.")
         else:
             # TRL does not checkpoint its micro-step counter; restoring it keeps every later round where it was.

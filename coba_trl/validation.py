@@ -37,24 +37,36 @@ def check_dataset(train_dataset, prompt_id_column: str | None, prior_pass_rate_c
             "CoBAGRPOTrainer needs a train_dataset: pass rates are tracked per dataset prompt. Pass a `Dataset` with "
             "a 'prompt' column."
         )
-    if isinstance(train_dataset, IterableDataset):
+    if isinstance(train_dataset, IterableDataset) and prompt_id_column is None:
         raise ValueError(
-            "train_dataset is an IterableDataset, which CoBAGRPOTrainer does not support: each round needs indexed, "
-            "distinct prompts. Load the dataset without `streaming=True` (or convert it with `Dataset.from_list`)."
+            "train_dataset is an IterableDataset (a stream) and prompt_id_column is None: a stream has no row indices, "
+            "so pass rates need a column of stable prompt ids. Set prompt_id_column to such a column (e.g. "
+            "`dataset.map(lambda row: {'prompt_id': row['problem']})` for a text key), or load the dataset without "
+            "`streaming=True`."
         )
-    if not isinstance(train_dataset, Dataset):
-        raise ValueError(f"train_dataset must be a `datasets.Dataset`, got `{type(train_dataset).__name__}`.")
+    if not isinstance(train_dataset, (Dataset, IterableDataset)):
+        raise ValueError(
+            f"train_dataset must be a `datasets.Dataset` or `datasets.IterableDataset`, got "
+            f"`{type(train_dataset).__name__}`."
+        )
     for field_name, column in (
         ("prompt_id_column", prompt_id_column),
         ("prior_pass_rate_column", prior_pass_rate_column),
     ):
-        if column is not None and column not in train_dataset.column_names:
+        if column is not None and column not in dataset_columns(train_dataset):
             raise ValueError(
                 f"{field_name} is {column!r}, but train_dataset has no such column (columns: "
-                f"{train_dataset.column_names}). Add the column or set {field_name}=None."
+                f"{dataset_columns(train_dataset)}). Add the column or set {field_name}=None."
             )
-    if prior_pass_rate_column is not None:
+    if prior_pass_rate_column is not None and isinstance(train_dataset, Dataset):  # a stream's are read per round
         check_prior_values(train_dataset[prior_pass_rate_column], prior_pass_rate_column)
+
+
+def dataset_columns(train_dataset) -> list[str]:
+    """The columns of a dataset; for a stream whose features are unknown (after a `map`), those of its first row."""
+    if train_dataset.column_names is not None:
+        return train_dataset.column_names
+    return list(next(iter(train_dataset.take(1)), {}))
 
 
 def check_prior_values(values, column: str) -> None:
@@ -152,6 +164,8 @@ def longest_prompt_tokens(train_dataset: Dataset, processing_class) -> int | Non
     applied), measured on the prompts with the most characters; None when the prompts are neither text nor chat
     messages of text (images, tool schemas), which this check leaves alone."""
     tokenizer = getattr(processing_class, "tokenizer", processing_class)
+    if not isinstance(train_dataset, Dataset):  # a stream is not read ahead
+        return None
     if "prompt" not in train_dataset.column_names or not callable(getattr(tokenizer, "encode", None)):
         return None
     prompts = train_dataset["prompt"]

@@ -34,9 +34,9 @@ def test_a_grpo_config_is_refused(tmp_path, model_and_tokenizer):
         _build(tmp_path, model_and_tokenizer, args=args)
 
 
-def test_an_iterable_dataset_is_refused(tmp_path, model_and_tokenizer):
+def test_an_iterable_dataset_without_prompt_id_column_is_refused(tmp_path, model_and_tokenizer):
     stream = IterableDataset.from_generator(lambda: iter([{"prompt": "a"}]))
-    with pytest.raises(ValueError, match="IterableDataset"):
+    with pytest.raises(ValueError, match="IterableDataset.*prompt_id_column is None.*Set prompt_id_column"):
         _build(tmp_path, model_and_tokenizer, train_dataset=stream)
 
 
