@@ -302,12 +302,13 @@ class CoBAConfig(_GRPOConfig):
 
         return PassRateHistory(window=self.pass_rate_window, prior_strength=self.pass_rate_prior_strength)
 
-    def build_allocator(self):
-        """The allocator these fields describe (a `coba_trl.allocation` object); raises `ValueError` on bad values."""
+    def build_allocator(self, name: str | None = None):
+        """The allocator these fields describe (a `coba_trl.allocation` object), or the allocator `name` with these
+        fields' bounds and parameters; raises `ValueError` on bad values."""
         from coba_trl.allocation import build_allocator
 
         return build_allocator(
-            self.budget_allocator,
+            name or self.budget_allocator,
             min_budget=self.min_generations,
             max_budget=self.max_generations,
             kappa=self.coba_kappa,

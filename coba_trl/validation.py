@@ -7,8 +7,6 @@ dataset, the model, the number of processes or the trainer's arguments. Every er
 
 from __future__ import annotations
 
-import argparse
-import difflib
 import functools
 import heapq
 import inspect
@@ -241,14 +239,3 @@ def check_hub_access(push_to_hub: bool, hub_token: str | None) -> None:
             f"push_to_hub is set, but the Hub did not accept the token or could not be reached ({error}). {fix}"
         ) from error
 
-
-def check_flag_names(parser: argparse.ArgumentParser, argv: list[str]) -> None:
-    """Exit with the closest valid names when a flag of `argv` is misspelled, before anything is parsed or run."""
-    known = {"--config"} | {option for action in parser._actions for option in action.option_strings}
-    spelled = sorted(option for option in known if "-" not in option[2:])  # --max_steps, not also --max-steps
-    for token in argv:
-        flag = token.split("=", 1)[0]
-        if flag.startswith("--") and not any(option.startswith(flag) for option in known):  # argparse takes prefixes
-            close = difflib.get_close_matches("--" + flag[2:].replace("-", "_"), spelled, n=3, cutoff=0.6)
-            hint = f"; did you mean {' or '.join(close)}?" if close else "; --help lists every option."
-            parser.error(f"unknown option {flag}{hint}")

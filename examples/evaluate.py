@@ -39,8 +39,7 @@ import os
 import sys
 from dataclasses import asdict, dataclass, field
 
-import yaml
-
+from coba_trl.cli import check_command_line, settings_from_config
 from coba_trl.numerics import pin_cpu_numerics
 
 
@@ -48,12 +47,10 @@ def evaluates_demo_model(argv: list[str]) -> bool:
     """True when the model (from the command line or the `--config` file) is a CPU demo's output directory."""
     probe = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     probe.add_argument("--model_name_or_path", "--model-name-or-path")
-    probe.add_argument("--config")
     known, _ = probe.parse_known_args(argv)
     model = known.model_name_or_path
-    if model is None and known.config is not None:
-        with open(known.config) as handle:
-            model = (yaml.safe_load(handle) or {}).get("model_name_or_path")
+    if model is None:
+        model = settings_from_config(argv).get("model_name_or_path")
     return model is not None and os.path.isfile(os.path.join(model, "demo_summary.json"))
 
 
@@ -63,12 +60,8 @@ def evaluates_demo_task(argv: list[str]) -> bool:
     probe = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     probe.add_argument("--benchmarks", nargs="*")
     probe.add_argument("--train_dataset", "--train-dataset")
-    probe.add_argument("--config")
     known, _ = probe.parse_known_args(argv)
-    settings = {}
-    if known.config is not None:
-        with open(known.config) as handle:
-            settings = yaml.safe_load(handle) or {}
+    settings = settings_from_config(argv)
     benchmarks = settings.get("benchmarks") or [] if known.benchmarks is None else known.benchmarks
     train_dataset = settings.get("train_dataset") if known.train_dataset is None else known.train_dataset
     return train_dataset == "arithmetic" or "arithmetic" in benchmarks
@@ -92,7 +85,6 @@ from coba_trl.evaluation import (  # noqa: E402
 )
 from coba_trl.pass_rates import describe, score_training_set, write_pass_rates  # noqa: E402
 from coba_trl.rewards import boxed_accuracy_reward, dapo_accuracy_reward  # noqa: E402
-from coba_trl.validation import check_flag_names  # noqa: E402
 
 REWARD_FUNCS = {"dapo_accuracy_reward": dapo_accuracy_reward, "boxed_accuracy_reward": boxed_accuracy_reward}
 ARITHMETIC = "arithmetic"  # the CPU demo's task, built locally
@@ -324,7 +316,7 @@ def main(argv: list[str] | None = None):
         formatter_class=HelpFormatter,
     )
     argv = sys.argv[1:] if argv is None else argv
-    check_flag_names(parser, argv)
+    check_command_line(parser, argv)  # unknown flags and config keys, a missing config file: one line each
     (args,) = parser.parse_args_and_config(args=argv)
     args = fill_mode_defaults(args)
     generate, backend = build_generate(args)
