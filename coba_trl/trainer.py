@@ -55,6 +55,7 @@ from coba_trl.validation import (
     check_features,
     check_generation_kwargs,
     check_reward_columns,
+    check_reward_values,
     check_success_reward,
     check_two_phase_layout,
 )
@@ -108,7 +109,7 @@ class CoBAGRPOTrainer(GRPOTrainer):
             )
         check_features(kwargs.get("rollout_func"), kwargs.get("environment_factory"))
         check_dataset(train_dataset, args.prompt_id_column, args.prior_pass_rate_column)
-        check_reward_columns(reward_funcs, train_dataset.column_names)
+        check_reward_values(train_dataset, check_reward_columns(reward_funcs, train_dataset.column_names))
         check_generation_kwargs(args.generation_kwargs, args.use_vllm)
         check_vllm_installed(args.use_vllm)
         # GRPOConfig makes generation_batch_size a multiple of the processes and of steps_per_generation.

@@ -32,7 +32,7 @@ import textwrap
 import warnings
 from dataclasses import dataclass, field
 
-from coba_trl.cli import check_command_line, settings_from_config
+from coba_trl.cli import check_command_line, fail, settings_from_config
 from coba_trl.numerics import pin_cpu_numerics
 
 
@@ -268,7 +268,10 @@ def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     # TRL 1.16 reads transformers' deprecated `is_gradient_checkpointing` at every generation; nothing to act on.
     warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning)
-    script_args, training_args, model_args, demo_args = parse(argv)
+    try:
+        script_args, training_args, model_args, demo_args = parse(argv)
+    except ValueError as error:  # a value the config refuses (learning_rate, bounds, ...): one line, before any work
+        fail(str(error))
     check_hub_access(training_args.push_to_hub, training_args.hub_token)
     check_vllm_installed(training_args.use_vllm)  # before the demo's warm start, not after it
     if model_args.model_name_or_path is not None:
