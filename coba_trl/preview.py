@@ -12,7 +12,9 @@ It reports, per allocator, the mean group size by pass-rate band and the expecte
 success and a failure (the groups with a non-zero gradient) under independent draws at each prompt's pass rate,
 sum_i [1 - p_i^n_i - (1 - p_i)^n_i], per round and relative to uniform. That is the expectation of a model whose pass
 rates are these numbers and do not change during the epoch; a real run's pass rates move. Prompts without a pass
-rate (NaN) are allocated as unseen and left out of the expectation.
+rate (NaN) are allocated as unseen and left out of the expectation. The JSON file also holds each prompt's group size
+per allocator, in dataset order (0 for the prompts after the epoch's last whole round), so the figures can be
+recomputed from it and the pass rates.
 
     python -m coba_trl.preview outputs/pass_rates/train_pass_rates.parquet --generation_batch_size 4096 \\
         --num_generations 16 --min_generations 2 --max_generations 128
@@ -76,7 +78,7 @@ class Preview:
     mean_group_size: dict[str, list[float]]  # allocator -> per band (NaN where the band is empty)
     expected_mixed_per_round: dict[str, float]  # allocator -> sum over the epoch / rounds
     relative_to_uniform: dict[str, float]
-    group_sizes: dict[str, np.ndarray] = field(repr=False)  # allocator -> per prompt, round order
+    group_sizes: dict[str, np.ndarray] = field(repr=False)  # allocator -> per prompt, dataset order (0 = no round)
 
     def to_json(self) -> dict:
         return {
@@ -91,6 +93,7 @@ class Preview:
             ],
             "expected_mixed_groups_per_round": self.expected_mixed_per_round,
             "relative_to_uniform": self.relative_to_uniform,
+            "group_sizes": {name: sizes.tolist() for name, sizes in self.group_sizes.items()},
         }
 
     def to_markdown(self) -> str:
@@ -127,9 +130,12 @@ def _finite(value: float) -> float | None:
     return None if math.isnan(value) else float(value)
 
 
-def allocation_preview(pass_rates, budget: int, num_generations: int, allocators: dict) -> Preview:
-    """The preview of `allocators` (name -> fresh allocator) on `pass_rates` in round order (see the module doc)."""
+def allocation_preview(pass_rates, budget: int, num_generations: int, allocators: dict, order=None) -> Preview:
+    """The preview of `allocators` (name -> fresh allocator) on `pass_rates` (dataset order), whose prompts enter the
+    rounds in `order` (dataset indices; None = dataset order), as the module doc says. The group sizes it returns are
+    in dataset order, 0 for the prompts after the epoch's last whole round."""
     p = np.asarray(pass_rates, dtype=float)
+    order = np.arange(p.size) if order is None else np.asarray(order, dtype=np.int64)
     prompts_per_round = budget // num_generations
     rounds = p.size // prompts_per_round
     if rounds == 0:
@@ -137,29 +143,31 @@ def allocation_preview(pass_rates, budget: int, num_generations: int, allocators
             f"{p.size} prompts are fewer than one round's {prompts_per_round} (generation_batch_size {budget} / "
             f"num_generations {num_generations}); lower generation_batch_size or preview more prompts."
         )
-    used = slice(0, rounds * prompts_per_round)
+    used = order[: rounds * prompts_per_round]
     bands = band_index(p[used])
-    known = ~np.isnan(p[used])
-    sizes = {name: epoch_group_sizes(p, budget, prompts_per_round, a)[used] for name, a in allocators.items()}
+    known = used[~np.isnan(p[used])]
+    sizes = {}
+    for name, allocator in allocators.items():
+        sizes[name] = np.zeros(p.size, dtype=np.int64)
+        sizes[name][order] = epoch_group_sizes(p[order], budget, prompts_per_round, allocator)
     mean_size = {
-        name: [float(s[bands == b].mean()) if np.any(bands == b) else math.nan for b in range(len(BANDS))]
+        name: [float(s[used][bands == b].mean()) if np.any(bands == b) else math.nan for b in range(len(BANDS))]
         for name, s in sizes.items()
     }
-    mixed = {
-        name: float(mixed_group_probability(p[used][known], s[known]).sum()) / rounds for name, s in sizes.items()
-    }
+    mixed = {name: float(mixed_group_probability(p[known], s[known]).sum()) / rounds for name, s in sizes.items()}
     base = mixed.get("uniform", math.nan)
     relative = {name: value / base if base > 0 else math.nan for name, value in mixed.items()}
+    bounds = next(iter(allocators.values()))
     settings = {
         "prompts": int(p.size),
-        "prompts_used": int(rounds * prompts_per_round),
-        "known": int(known.sum()),
+        "prompts_used": int(used.size),
+        "known": int(known.size),
         "rounds": int(rounds),
         "prompts_per_round": int(prompts_per_round),
         "budget": int(budget),
         "num_generations": int(num_generations),
-        "min_generations": int(next(iter(allocators.values())).min_budget),
-        "max_generations": int(next(iter(allocators.values())).max_budget),
+        "min_generations": int(bounds.min_budget),
+        "max_generations": int(bounds.max_budget),
     }
     counts = [int(np.sum(bands == b)) for b in range(len(BANDS))]
     return Preview(settings, counts, mean_size, mixed, relative, sizes)
@@ -190,9 +198,9 @@ def preview_run(pass_rates, config) -> Preview:
     seed and shuffling: the three allocators on the prompts in the run's first-epoch order."""
     p = np.asarray(pass_rates, dtype=float)
     prompts_per_round = config.generation_batch_size // config.num_generations
-    order = round_order(p.size, prompts_per_round, config.seed, config.shuffle_dataset) if p.size else []
+    order = round_order(p.size, prompts_per_round, config.seed, config.shuffle_dataset) if p.size else None
     allocators = {name: config.build_allocator(name) for name in ALLOCATOR_ORDER}
-    return allocation_preview(p[order], config.generation_batch_size, config.num_generations, allocators)
+    return allocation_preview(p, config.generation_batch_size, config.num_generations, allocators, order)
 
 
 @dataclass
