@@ -18,12 +18,15 @@ recomputed from it and the pass rates.
 
     python -m coba_trl.preview outputs/pass_rates/train_pass_rates.parquet --generation_batch_size 4096 \\
         --num_generations 16 --min_generations 2 --max_generations 128
+    python -m coba_trl.preview outputs/pass_rates/train_pass_rates.parquet \\
+        --recipe recipes/qwen2.5-7b-instruct_coba.yaml   # the run a training config describes
 
 The core (`allocation_preview`) is numpy and the allocators; the command adds the sampler's order and the files.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -214,6 +217,9 @@ class PreviewArguments:
             `train_pass_rates.parquet` that `examples/evaluate.py --train_dataset` writes. Also the first argument.
         pass_rate_column (`str`, *optional*, defaults to `"pass_rate"`):
             The column of pass rates in [0, 1] (None / NaN = unknown).
+        recipe (`str` or `None`, *optional*, defaults to `None`):
+            A training config (`examples/train_qwen.py --config FILE`): its `CoBAConfig` fields set the run previewed
+            (flags override them); its other keys (model, dataset) are ignored.
         preview_dir (`str` or `None`, *optional*, defaults to `None`):
             Where `allocation_preview.md` and `.json` go; None = the folder of the pass-rate file (or `outputs`).
     """
@@ -222,6 +228,9 @@ class PreviewArguments:
         metadata={"help": "File (or Hub dataset) with a pass-rate column; also the first argument."}
     )
     pass_rate_column: str = field(default="pass_rate", metadata={"help": "The column of pass rates in [0, 1]."})
+    recipe: str | None = field(
+        default=None, metadata={"help": "A training config whose CoBAConfig fields set the run previewed."}
+    )
     preview_dir: str | None = field(
         default=None, metadata={"help": "Where allocation_preview.md/.json go; None = the pass-rate file's folder."}
     )
@@ -232,7 +241,7 @@ def main(argv: list[str] | None = None) -> Preview:
 
     from trl import TrlParser
 
-    from coba_trl.cli import check_command_line
+    from coba_trl.cli import check_command_line, read_config
     from coba_trl.config import CoBAConfig
     from coba_trl.data.sources import load_table
     from coba_trl.validation import check_prior_values
@@ -242,11 +251,15 @@ def main(argv: list[str] | None = None) -> Preview:
         argv = ["--pass_rates", *argv]
     parser = TrlParser(
         (PreviewArguments, CoBAConfig),
-        usage="python -m coba_trl.preview PASS_RATES [--pass_rate_column pass_rate] [--FIELD VALUE ...]",
+        usage="python -m coba_trl.preview PASS_RATES [--recipe TRAINING.yaml] [--FIELD VALUE ...]",
         description=__doc__,
     )
     check_command_line(parser, argv)
     parser.set_defaults_with_config(use_cpu=True, report_to="none", output_dir="outputs")  # no effect on the preview
+    recipe = argv[argv.index("--recipe") + 1] if "--recipe" in argv[:-1] else None
+    if recipe is not None:
+        known = {f.name for f in dataclasses.fields(CoBAConfig)}
+        parser.set_defaults_with_config(**{k: v for k, v in read_config(recipe).items() if k in known})
     preview_args, config = parser.parse_args_and_config(args=argv)
     table = load_table(preview_args.pass_rates)
     column = preview_args.pass_rate_column

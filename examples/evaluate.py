@@ -350,7 +350,13 @@ def score_train_set(args: EvalArguments, dataset, generate):
     print(f"Wrote {path}. Train on it with: --dataset_name {path} --prior_pass_rate_column pass_rate")
     settings = preview_settings(args)
     flags = " ".join(f"--{key} {value}" for key, value in settings.items())
-    print(f"\nAllocation preview at {flags} (other settings: python -m coba_trl.preview {path} --FIELD VALUE ...):")
+    other = f"python -m coba_trl.preview {path} --FIELD VALUE ..."
+    round_prompts = settings["generation_batch_size"] // settings["num_generations"]
+    if len(scored) < round_prompts:
+        print(f"\nNo allocation preview: {len(scored)} prompts are fewer than a round's {round_prompts} at {flags}.")
+        print(f"Preview a smaller round with: {other}")
+        return scored
+    print(f"\nAllocation preview at {flags} (other settings: {other}):")
     preview([path, *flags.split(), "--preview_dir", args.output_dir])
     return scored
 

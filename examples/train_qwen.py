@@ -212,7 +212,7 @@ def given_fields(argv: list[str]) -> list[str]:
     for token in argv:
         if token == "--config":
             names += list(settings_from_config(argv))
-        elif token.startswith("--") and token != "--config":
+        elif token.startswith("--"):
             names.append(token[2:].split("=", 1)[0].replace("-", "_"))
     return list(dict.fromkeys(names))
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,6 +15,8 @@ from hypothesis import strategies as st
 from coba_trl.allocation import PassRateHistory, build_allocator
 from coba_trl.preview import BANDS, allocation_preview, band_index, main, mixed_group_probability
 from coba_trl.round import plan_round
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def _allocators(min_generations=2, max_generations=32):
@@ -91,3 +94,33 @@ def test_the_command_prints_and_writes_the_preview(tmp_path, capsys):
     for name, sizes in written["group_sizes"].items():  # the file alone lets anyone recompute the figures
         per_round = _mixed_by_hand(rates, sizes) / 4
         assert written["expected_mixed_groups_per_round"][name] == pytest.approx(per_round)
+
+
+def test_a_training_recipe_sets_the_run_previewed(tmp_path):
+    path = tmp_path / "rates.jsonl"
+    Dataset.from_dict({"pass_rate": np.linspace(0, 1, 300).tolist()}).to_json(path)
+    recipe = str(
+        ROOT / "recipes" / "qwen2.5-7b-instruct_coba.yaml"
+    )  # 4096 completions a round, 16 on average, 2 to 128
+    preview = main([str(path), "--recipe", recipe, "--max_generations", "64", "--preview_dir", str(tmp_path)])
+    settings = preview.settings
+    assert (settings["budget"], settings["num_generations"], settings["min_generations"]) == (4096, 16, 2)
+    assert settings["max_generations"] == 64 and settings["rounds"] == 1  # flags override the recipe
+
+
+@pytest.mark.slow
+def test_evaluate_previews_the_allocation_of_the_pass_rates_it_writes(tmp_path, capsys):
+    from coba_trl.tiny import build_byte_tokenizer, build_tiny_qwen2
+    from tests.test_evaluate import load_script
+
+    tokenizer = build_byte_tokenizer()
+    build_tiny_qwen2(tokenizer, hidden_size=16).save_pretrained(tmp_path / "model")
+    tokenizer.save_pretrained(tmp_path / "model")
+    argv = ["--model_name_or_path", str(tmp_path / "model"), "--train_dataset", "arithmetic", "--max_problems", "32"]
+    argv += ["--k", "2", "--max_new_tokens", "4", "--dtype", "float32", "--backend", "transformers"]
+    scored = load_script().main([*argv, "--output_dir", str(tmp_path / "rates")])
+    assert "expected mixed groups / round" in capsys.readouterr().out
+    written = json.loads((tmp_path / "rates" / "allocation_preview.json").read_text())
+    assert written["settings"]["budget"] == 256 and written["settings"]["rounds"] == 1  # the demo's round: 32 x 8
+    uniform = _mixed_by_hand(scored["pass_rate"], written["group_sizes"]["uniform"])
+    assert written["expected_mixed_groups_per_round"]["uniform"] == pytest.approx(uniform)
