@@ -62,7 +62,7 @@ def epoch_group_sizes(pass_rates, budget: int, prompts_per_round: int, allocator
     for start in range(0, p.size - prompts_per_round + 1, prompts_per_round):
         rates = p[start : start + prompts_per_round]
         counts = np.asarray(allocator.allocate(rates, budget), dtype=np.int64)
-        stranded = int(allocator.metrics().get("unallocated", 0) or 0)
+        stranded = int(allocator.metrics().get("unallocated", 0))
         if stranded:
             counts = fill_to_budget(counts, int(counts.sum()) + stranded, allocator.max_budget)
         sizes[start : start + prompts_per_round] = counts
