@@ -246,6 +246,7 @@ class CoBAConfig(_GRPOConfig):
 
     def __post_init__(self):
         super().__post_init__()
+        self._check_training_values()
         if self.budget_allocator not in ALLOCATORS:
             raise ValueError(f"budget_allocator ({self.budget_allocator!r}) must be one of {list(ALLOCATORS)}.")
         if self.min_generations < 1:
@@ -296,18 +297,45 @@ class CoBAConfig(_GRPOConfig):
             raise ValueError(f"success_threshold ({self.success_threshold}) must be a finite number.")
         self.build_allocator()
 
+    def _check_training_values(self) -> None:
+        """TRL and transformers values they accept at construction that would fail (or train nothing) only once
+        training has started: torch's optimizer at the first step, generation at the first round."""
+        if not (math.isfinite(self.learning_rate) and self.learning_rate > 0):
+            raise ValueError(
+                f"learning_rate ({self.learning_rate}) must be a positive, finite number: torch's optimizers refuse a "
+                "negative one when training starts, and 0 never changes the model. Pass a positive learning_rate "
+                "(--learning_rate 1e-6, the paper's; the CPU demo uses 3e-4)."
+            )
+        if self.max_steps <= 0 and not self.num_train_epochs > 0:
+            raise ValueError(
+                f"num_train_epochs ({self.num_train_epochs}) with max_steps ({self.max_steps}) trains no step. Pass a "
+                "positive num_train_epochs (--num_train_epochs 1) or a positive max_steps (--max_steps 100)."
+            )
+        if not (math.isfinite(self.temperature) and self.temperature > 0):
+            raise ValueError(
+                f"temperature ({self.temperature}) must be a positive, finite number: transformers refuses to sample at "
+                "0 when the first round generates, and greedy decoding (vLLM's 0) makes every completion of a group "
+                "identical, so every advantage is 0. Pass a positive temperature (--temperature 1.0, the paper's)."
+            )
+        if not (math.isfinite(self.repetition_penalty) and self.repetition_penalty > 0):
+            raise ValueError(
+                f"repetition_penalty ({self.repetition_penalty}) must be a positive, finite number (1.0 = none), or "
+                "generation fails at the first round. Pass --repetition_penalty 1.0."
+            )
+
     def build_pass_rate_history(self):
         """The per-prompt pass-rate estimator these fields describe (a `coba_trl.allocation.PassRateHistory`)."""
         from coba_trl.allocation import PassRateHistory
 
         return PassRateHistory(window=self.pass_rate_window, prior_strength=self.pass_rate_prior_strength)
 
-    def build_allocator(self):
-        """The allocator these fields describe (a `coba_trl.allocation` object); raises `ValueError` on bad values."""
+    def build_allocator(self, name: str | None = None):
+        """The allocator these fields describe (a `coba_trl.allocation` object), or the allocator `name` with these
+        fields' bounds and parameters; raises `ValueError` on bad values."""
         from coba_trl.allocation import build_allocator
 
         return build_allocator(
-            self.budget_allocator,
+            name or self.budget_allocator,
             min_budget=self.min_generations,
             max_budget=self.max_generations,
             kappa=self.coba_kappa,

@@ -59,6 +59,7 @@ from coba_trl.validation import (
     check_features,
     check_generation_kwargs,
     check_reward_columns,
+    check_reward_values,
     check_success_reward,
     check_two_phase_layout,
     dataset_columns,
@@ -114,9 +115,10 @@ class CoBAGRPOTrainer(GRPOTrainer):
                 f"args must be a CoBAConfig, got {type(args).__name__}. Build it with "
                 "`CoBAConfig(**your_grpo_config.to_dict())` or pass the CoBA fields to CoBAConfig directly."
             )
-        check_features(kwargs.get("environment_factory"), train_dataset)
-        check_dataset(train_dataset, args.prompt_id_column, args.prior_pass_rate_column)
-        check_reward_columns(reward_funcs, dataset_columns(train_dataset))
+        environment_factory = kwargs.get("environment_factory")
+        check_features(environment_factory, train_dataset)
+        check_dataset(train_dataset, args.prompt_id_column, args.prior_pass_rate_column, environment_factory is None)
+        check_reward_values(train_dataset, check_reward_columns(reward_funcs, dataset_columns(train_dataset) or []))
         check_generation_kwargs(args.generation_kwargs, args.use_vllm)
         check_vllm_installed(args.use_vllm)
         # GRPOConfig makes generation_batch_size a multiple of the processes and of steps_per_generation.

@@ -7,8 +7,6 @@ dataset, the model, the number of processes or the trainer's arguments. Every er
 
 from __future__ import annotations
 
-import argparse
-import difflib
 import functools
 import heapq
 import inspect
@@ -30,43 +28,118 @@ def check_two_phase_layout(prompts_per_round: int, min_generations: int, num_pro
         )
 
 
-def check_dataset(train_dataset, prompt_id_column: str | None, prior_pass_rate_column: str | None) -> None:
-    """The train set must be a map-style `Dataset` holding the configured id and prior columns."""
+PROMPT_LAYOUTS = (
+    "a `prompt` column of text (str) or of chat messages (a list of {'role': ..., 'content': ...} dicts), as TRL's "
+    "GRPOTrainer takes it, plus the columns the reward functions read (e.g. `solution`)"
+)
+LIKELY_PROMPT_COLUMNS = ("question", "problem", "query", "input", "instruction", "messages", "text")
+ROWS_PEEKED = 16  # rows of a streamed dataset checked for empty prompts (a stream is never read through)
+
+
+def dataset_columns(dataset) -> list[str] | None:
+    """The column names of a `Dataset` or `IterableDataset`; for a stream without known features, those of its first
+    row (only that row is read); None when it has no rows."""
+    columns = getattr(dataset, "column_names", None)
+    if columns is not None:
+        return list(columns)
+    first = next(iter(dataset.take(1)), None) if isinstance(dataset, IterableDataset) else None
+    return None if first is None else list(first)
+
+
+def check_prompt_column(train_dataset) -> None:
+    """The train set must have a `prompt` column; the error names the columns it has and the layouts accepted."""
+    columns = dataset_columns(train_dataset)
+    if columns is None or "prompt" in columns:
+        return
+    likely = next((name for name in LIKELY_PROMPT_COLUMNS if name in columns), "your_prompt_column")
+    raise ValueError(
+        f"train_dataset has no `prompt` column (columns: {columns}). CoBAGRPOTrainer takes {PROMPT_LAYOUTS}. Rename "
+        f"the column of prompts: `dataset = dataset.rename_column({likely!r}, 'prompt')`."
+    )
+
+
+def _is_empty_prompt(prompt) -> bool:
+    if prompt is None:
+        return True
+    if isinstance(prompt, str):
+        return not prompt.strip()
+    if isinstance(prompt, list):
+        contents = [message.get("content") if isinstance(message, dict) else message for message in prompt]
+        return all(content is None or (isinstance(content, str) and not content.strip()) for content in contents)
+    return False
+
+
+def check_prompts(prompts, rows_checked: str = "") -> None:
+    """No prompt may be missing (None), blank text, or a conversation without any text; generation would fail on it
+    (or sample from nothing) in the round that draws it."""
+    empty = [row for row, prompt in enumerate(prompts) if _is_empty_prompt(prompt)]
+    if empty:
+        raise ValueError(
+            f"train_dataset has {len(empty)} empty prompt(s){rows_checked} (None, blank text or messages without "
+            f"content), the first at row {empty[0]}. Drop them, e.g. `dataset = dataset.filter(lambda row: "
+            "bool(row['prompt']))`, or fill them in."
+        )
+
+
+def check_reward_values(train_dataset: Dataset, columns: list[str]) -> None:
+    """The dataset columns the reward functions read may not hold None: a reward would score that prompt's every
+    completion a failure (or crash on it) and its pass rate would read 0."""
+    if not isinstance(train_dataset, Dataset):
+        return
+    for column in columns:
+        if column not in train_dataset.column_names or train_dataset.data.column(column).null_count == 0:
+            continue  # Arrow counts the nulls without reading the rows: the usual case costs nothing
+        missing = [row for row, value in enumerate(train_dataset[column]) if value is None]
+        if missing:
+            raise ValueError(
+                f"The reward function(s) read the column {column!r}, which holds None in {len(missing)} row(s) of "
+                f"train_dataset, the first at row {missing[0]}. Drop those rows (`dataset = dataset.filter(lambda "
+                f"row: row[{column!r}] is not None)`) or fill them in."
+            )
+
+
+def check_dataset(
+    train_dataset, prompt_id_column: str | None, prior_pass_rate_column: str | None, needs_prompt: bool = True
+) -> None:
+    """The train set must be a `Dataset`, or an `IterableDataset` with prompt ids, with non-empty prompts (unless its
+    environments write them: `needs_prompt=False`), holding the configured id and prior columns."""
     if train_dataset is None:
         raise ValueError(
             "CoBAGRPOTrainer needs a train_dataset: pass rates are tracked per dataset prompt. Pass a `Dataset` with "
             "a 'prompt' column."
-        )
-    if isinstance(train_dataset, IterableDataset) and prompt_id_column is None:
-        raise ValueError(
-            "train_dataset is an IterableDataset (a stream) and prompt_id_column is None: a stream has no row indices, "
-            "so pass rates need a column of stable prompt ids. Set prompt_id_column to such a column (e.g. "
-            "`dataset.map(lambda row: {'prompt_id': row['problem']})` for a text key), or load the dataset without "
-            "`streaming=True`."
         )
     if not isinstance(train_dataset, (Dataset, IterableDataset)):
         raise ValueError(
             f"train_dataset must be a `datasets.Dataset` or `datasets.IterableDataset`, got "
             f"`{type(train_dataset).__name__}`."
         )
+    if needs_prompt:
+        check_prompt_column(train_dataset)
+    if isinstance(train_dataset, IterableDataset):
+        if prompt_id_column is None:
+            raise ValueError(
+                "train_dataset is an IterableDataset (a stream) and prompt_id_column is None: a stream has no row "
+                "indices, so pass rates need a column of stable prompt ids. Set prompt_id_column to such a column "
+                "(e.g. `dataset.map(lambda row: {'prompt_id': row['problem']})` for a text key), or load the dataset "
+                "without `streaming=True`."
+            )
+        if needs_prompt:
+            peeked = [row["prompt"] for row in train_dataset.take(ROWS_PEEKED)]
+            check_prompts(peeked, f" among its first {ROWS_PEEKED}")
+    elif needs_prompt:
+        check_prompts(train_dataset["prompt"])
+    columns = dataset_columns(train_dataset) or []
     for field_name, column in (
         ("prompt_id_column", prompt_id_column),
         ("prior_pass_rate_column", prior_pass_rate_column),
     ):
-        if column is not None and column not in dataset_columns(train_dataset):
+        if column is not None and column not in columns:
             raise ValueError(
-                f"{field_name} is {column!r}, but train_dataset has no such column (columns: "
-                f"{dataset_columns(train_dataset)}). Add the column or set {field_name}=None."
+                f"{field_name} is {column!r}, but train_dataset has no such column (columns: {columns}). Add the "
+                f"column or set {field_name}=None."
             )
     if prior_pass_rate_column is not None and isinstance(train_dataset, Dataset):  # a stream's are read per round
         check_prior_values(train_dataset[prior_pass_rate_column], prior_pass_rate_column)
-
-
-def dataset_columns(train_dataset) -> list[str]:
-    """The columns of a dataset; for a stream whose features are unknown (after a `map`), those of its first row."""
-    if train_dataset.column_names is not None:
-        return train_dataset.column_names
-    return list(next(iter(train_dataset.take(1)), {}))
 
 
 def check_prior_values(values, column: str) -> None:
@@ -95,13 +168,15 @@ TRL_REWARD_ARGUMENTS = frozenset(
 )
 
 
-def check_reward_columns(reward_funcs, column_names: list[str]) -> None:
-    """Each reward function's dataset columns must be in train_dataset, so a missing one fails before training.
+def check_reward_columns(reward_funcs, column_names: list[str]) -> list[str]:
+    """Each reward function's dataset columns must be in train_dataset, so a missing one fails before training;
+    returns the columns they read.
 
     A function needs the columns named by its parameters without a default (other than what TRL passes itself) and
     those listed in its `required_columns` attribute (the packaged math rewards declare `("solution",)`).
     Reward models (names or modules) need only the prompt and completion.
     """
+    read = set()
     for func in reward_funcs if isinstance(reward_funcs, list) else [reward_funcs]:
         if isinstance(func, str) or not callable(func) or hasattr(func, "forward"):
             continue
@@ -123,6 +198,8 @@ def check_reward_columns(reward_funcs, column_names: list[str]) -> None:
                 f"(columns: {column_names}). Add them, e.g. `dataset.rename_column('answer', {missing[0]!r})`, or "
                 "pass a reward function that does not need them."
             )
+        read |= needed
+    return sorted(read)
 
 
 def check_generation_kwargs(generation_kwargs: dict | None, use_vllm: bool) -> None:
@@ -249,15 +326,3 @@ def check_hub_access(push_to_hub: bool, hub_token: str | None) -> None:
         raise ValueError(
             f"push_to_hub is set, but the Hub did not accept the token or could not be reached ({error}). {fix}"
         ) from error
-
-
-def check_flag_names(parser: argparse.ArgumentParser, argv: list[str]) -> None:
-    """Exit with the closest valid names when a flag of `argv` is misspelled, before anything is parsed or run."""
-    known = {"--config"} | {option for action in parser._actions for option in action.option_strings}
-    spelled = sorted(option for option in known if "-" not in option[2:])  # --max_steps, not also --max-steps
-    for token in argv:
-        flag = token.split("=", 1)[0]
-        if flag.startswith("--") and not any(option.startswith(flag) for option in known):  # argparse takes prefixes
-            close = difflib.get_close_matches("--" + flag[2:].replace("-", "_"), spelled, n=3, cutoff=0.6)
-            hint = f"; did you mean {' or '.join(close)}?" if close else "; --help lists every option."
-            parser.error(f"unknown option {flag}{hint}")

@@ -12,7 +12,9 @@ Training set (`--train_dataset`, any source `load_dapo_math` reads): k samples p
 `--reward_funcs`, as in training; a success when the reward is >= 1.0); writes
 `<output_dir>/train_pass_rates.parquet`, the training set with a `pass_rate` column. Train on it with
 `--dataset_name <that file> --prior_pass_rate_column pass_rate`, so the allocation starts at step 1 instead of
-spending epoch 1 uniform (`coba_trl.pass_rates`).
+spending epoch 1 uniform (`coba_trl.pass_rates`). It also prints what CoBA, Knapsack-RL and a uniform split would
+allocate from these pass rates (`coba_trl.preview`, written to `allocation_preview.md` / `.json`), at the CPU demo's
+budget for `arithmetic` and the recipes' (4096 completions a round, 16 on average, 2 to 128) otherwise.
 
 The CPU demo's model evaluates offline on the demo's own task: `--benchmarks arithmetic` samples the demo's 300
 held-out problems, `--train_dataset arithmetic` scores its 512 training prompts (both built as the demo builds them
@@ -39,8 +41,7 @@ import os
 import sys
 from dataclasses import asdict, dataclass, field
 
-import yaml
-
+from coba_trl.cli import check_command_line, fail, settings_from_config
 from coba_trl.numerics import pin_cpu_numerics
 
 
@@ -48,12 +49,10 @@ def evaluates_demo_model(argv: list[str]) -> bool:
     """True when the model (from the command line or the `--config` file) is a CPU demo's output directory."""
     probe = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     probe.add_argument("--model_name_or_path", "--model-name-or-path")
-    probe.add_argument("--config")
     known, _ = probe.parse_known_args(argv)
     model = known.model_name_or_path
-    if model is None and known.config is not None:
-        with open(known.config) as handle:
-            model = (yaml.safe_load(handle) or {}).get("model_name_or_path")
+    if model is None:
+        model = settings_from_config(argv).get("model_name_or_path")
     return model is not None and os.path.isfile(os.path.join(model, "demo_summary.json"))
 
 
@@ -63,12 +62,8 @@ def evaluates_demo_task(argv: list[str]) -> bool:
     probe = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     probe.add_argument("--benchmarks", nargs="*")
     probe.add_argument("--train_dataset", "--train-dataset")
-    probe.add_argument("--config")
     known, _ = probe.parse_known_args(argv)
-    settings = {}
-    if known.config is not None:
-        with open(known.config) as handle:
-            settings = yaml.safe_load(handle) or {}
+    settings = settings_from_config(argv)
     benchmarks = settings.get("benchmarks") or [] if known.benchmarks is None else known.benchmarks
     train_dataset = settings.get("train_dataset") if known.train_dataset is None else known.train_dataset
     return train_dataset == "arithmetic" or "arithmetic" in benchmarks
@@ -91,11 +86,19 @@ from coba_trl.evaluation import (  # noqa: E402
     write_results,
 )
 from coba_trl.pass_rates import describe, score_training_set, write_pass_rates  # noqa: E402
+from coba_trl.preview import main as preview  # noqa: E402
 from coba_trl.rewards import boxed_accuracy_reward, dapo_accuracy_reward  # noqa: E402
-from coba_trl.validation import check_flag_names  # noqa: E402
 
 REWARD_FUNCS = {"dapo_accuracy_reward": dapo_accuracy_reward, "boxed_accuracy_reward": boxed_accuracy_reward}
 ARITHMETIC = "arithmetic"  # the CPU demo's task, built locally
+# The preview's run for a training set other than the demo's: the recipes' (the paper's released run, seed 42).
+PAPER_PREVIEW = {
+    "generation_batch_size": 4096,
+    "num_generations": 16,
+    "min_generations": 2,
+    "max_generations": 128,
+    "seed": 42,
+}
 
 
 @dataclass
@@ -196,6 +199,16 @@ class EvalArguments:
     seed: int = field(default=0, metadata={"help": "Sampling seed."})
     output_dir: str = field(default="outputs/eval", metadata={"help": "Where the tables and samples are written."})
 
+    def __post_init__(self):
+        if self.k < 1:
+            raise ValueError(
+                f"k ({self.k}) must be at least 1: pass the completions to sample per problem, e.g. --k 8."
+            )
+        if self.max_problems is not None and self.max_problems < 1:
+            raise ValueError(
+                f"max_problems ({self.max_problems}) must be at least 1, or left unset for every problem."
+            )
+
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
     """The description as written (with its example lines), and every option's default."""
@@ -272,13 +285,13 @@ def demo_task(part: str):
     return to_prompt_dataset(train if part == "train" else heldout)
 
 
-def score_benchmarks(args: EvalArguments, generate, backend: str) -> list:
+def load_benchmarks(args: EvalArguments) -> dict:
+    """The benchmarks to score (name -> dataset), loaded before the model so that a bad name or file fails at once."""
     unknown = [name for name in args.benchmarks if name not in (*EVAL_BENCHMARKS, ARITHMETIC)]
     if unknown:
         raise ValueError(f"benchmarks: unknown {unknown}; choose among {[*EVAL_BENCHMARKS, ARITHMETIC]}.")
     paths = parse_paths(args.benchmark_paths)
-    os.makedirs(args.output_dir, exist_ok=True)
-    results = []
+    benchmarks = {}
     for name in args.benchmarks:
         if name == ARITHMETIC:
             dataset = demo_task("heldout")
@@ -286,6 +299,14 @@ def score_benchmarks(args: EvalArguments, generate, backend: str) -> list:
             dataset = load_eval_benchmark(name, path=paths.get(name), instruction=args.instruction)
         if args.max_problems is not None:
             dataset = dataset.select(range(min(args.max_problems, len(dataset))))
+        benchmarks[name] = dataset
+    return benchmarks
+
+
+def score_benchmarks(args: EvalArguments, benchmarks: dict, generate, backend: str) -> list:
+    os.makedirs(args.output_dir, exist_ok=True)
+    results = []
+    for name, dataset in benchmarks.items():
         samples = os.path.join(args.output_dir, f"samples_{name}.jsonl")
         results.append(evaluate_benchmark(name, dataset, generate, args.k, samples_path=samples))
         print(f"{name}: avg@{args.k} = {results[-1].avg_at_k:.2f} on {results[-1].problems} problems", flush=True)
@@ -296,7 +317,8 @@ def score_benchmarks(args: EvalArguments, generate, backend: str) -> list:
     return results
 
 
-def score_train_set(args: EvalArguments, generate):
+def load_train_set(args: EvalArguments):
+    """The training set to score, loaded before the model so that a set without `prompt` fails at once."""
     if args.train_dataset == ARITHMETIC:
         dataset = demo_task("train")
     else:
@@ -308,10 +330,34 @@ def score_train_set(args: EvalArguments, generate):
         )
     if args.max_problems is not None:
         dataset = dataset.select(range(min(args.max_problems, len(dataset))))
+    return dataset
+
+
+def preview_settings(args: EvalArguments) -> dict:
+    """The run the preview assumes: the CPU demo's for `arithmetic`, else the recipes' (the paper's released run)."""
+    if args.train_dataset == ARITHMETIC:
+        demo = DEMO_TRAINING_ARGS
+        budget = demo["per_device_train_batch_size"] * demo["steps_per_generation"]  # one process
+        keys = ("num_generations", "min_generations", "max_generations", "seed")
+        return {"generation_batch_size": budget, **{key: demo[key] for key in keys}}
+    return PAPER_PREVIEW
+
+
+def score_train_set(args: EvalArguments, dataset, generate):
     scored = score_training_set(dataset, generate, args.k, REWARD_FUNCS[args.reward_funcs[0]])
     path = write_pass_rates(scored, args.output_dir)
     print(f"pass rates at k = {args.k}, graded by {args.reward_funcs[0]}: {describe(scored['pass_rate'])}")
     print(f"Wrote {path}. Train on it with: --dataset_name {path} --prior_pass_rate_column pass_rate")
+    settings = preview_settings(args)
+    flags = " ".join(f"--{key} {value}" for key, value in settings.items())
+    other = f"python -m coba_trl.preview {path} --FIELD VALUE ..."
+    round_prompts = settings["generation_batch_size"] // settings["num_generations"]
+    if len(scored) < round_prompts:
+        print(f"\nNo allocation preview: {len(scored)} prompts are fewer than a round's {round_prompts} at {flags}.")
+        print(f"Preview a smaller round with: {other}")
+        return scored
+    print(f"\nAllocation preview at {flags} (other settings: {other}):")
+    preview([path, *flags.split(), "--preview_dir", args.output_dir])
     return scored
 
 
@@ -324,13 +370,19 @@ def main(argv: list[str] | None = None):
         formatter_class=HelpFormatter,
     )
     argv = sys.argv[1:] if argv is None else argv
-    check_flag_names(parser, argv)
-    (args,) = parser.parse_args_and_config(args=argv)
+    check_command_line(parser, argv)  # unknown flags and config keys, a missing config file: one line each
+    try:
+        (args,) = parser.parse_args_and_config(args=argv)
+    except ValueError as error:  # a value the arguments refuse: one line, before any work
+        fail(str(error), parser.prog)
     args = fill_mode_defaults(args)
-    generate, backend = build_generate(args)
     if args.train_dataset is not None:
-        return score_train_set(args, generate)
-    return score_benchmarks(args, generate, backend)
+        dataset = load_train_set(args)
+        generate, _ = build_generate(args)
+        return score_train_set(args, dataset, generate)
+    benchmarks = load_benchmarks(args)
+    generate, backend = build_generate(args)
+    return score_benchmarks(args, benchmarks, generate, backend)
 
 
 if __name__ == "__main__":

@@ -32,8 +32,7 @@ import textwrap
 import warnings
 from dataclasses import dataclass, field
 
-import yaml
-
+from coba_trl.cli import check_command_line, fail, settings_from_config
 from coba_trl.numerics import pin_cpu_numerics
 
 
@@ -41,11 +40,9 @@ def requested_model(argv: list[str]) -> str | None:
     """`model_name_or_path` from the command line, else from the `--config` file, else None (the CPU demo)."""
     probe = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     probe.add_argument("--model_name_or_path", "--model-name-or-path")
-    probe.add_argument("--config")
     known, _ = probe.parse_known_args(argv)
-    if known.model_name_or_path is None and known.config is not None:
-        with open(known.config) as handle:
-            return (yaml.safe_load(handle) or {}).get("model_name_or_path")
+    if known.model_name_or_path is None:
+        return settings_from_config(argv).get("model_name_or_path")
     return known.model_name_or_path
 
 
@@ -64,7 +61,7 @@ from coba_trl.demo.run import run_demo  # noqa: E402
 from coba_trl.demo.task import make_problems, to_prompt_dataset  # noqa: E402
 from coba_trl.generation.vllm_backend import check_vllm_installed  # noqa: E402
 from coba_trl.rewards import boxed_accuracy_reward, dapo_accuracy_reward  # noqa: E402
-from coba_trl.validation import check_flag_names, check_hub_access  # noqa: E402
+from coba_trl.validation import check_hub_access  # noqa: E402
 
 ARITHMETIC = "arithmetic"
 REWARD_FUNCS = {"dapo_accuracy_reward": dapo_accuracy_reward, "boxed_accuracy_reward": boxed_accuracy_reward}
@@ -212,11 +209,10 @@ def make_parser() -> TrlParser:
 def given_fields(argv: list[str]) -> list[str]:
     """Names of the fields `argv` sets, in order: its `--config` file's keys, then its flags."""
     names = []
-    for index, token in enumerate(argv):
-        if token == "--config" and index + 1 < len(argv):
-            with open(argv[index + 1]) as handle:
-                names += list(yaml.safe_load(handle) or {})
-        elif token.startswith("--") and token != "--config":
+    for token in argv:
+        if token == "--config":
+            names += list(settings_from_config(argv))
+        elif token.startswith("--"):
             names.append(token[2:].split("=", 1)[0].replace("-", "_"))
     return list(dict.fromkeys(names))
 
@@ -244,7 +240,7 @@ def parse(argv: list[str]) -> tuple[ScriptArguments, CoBAConfig, ModelConfig, De
     (a `--config` file, then the flags, override them) and the demo's flag rules apply (`coba_trl.demo.flags`: its
     output folder, `--save_steps` alone saves checkpoints); with a model name, TRL's defaults are."""
     parser = make_parser()
-    check_flag_names(parser, argv)
+    check_command_line(parser, argv)  # unknown flags and config keys, a missing config file: one line each
     if requested_model(argv) is not None:
         return parser.parse_args_and_config(args=argv)
     given = given_fields(argv)
@@ -272,7 +268,10 @@ def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     # TRL 1.16 reads transformers' deprecated `is_gradient_checkpointing` at every generation; nothing to act on.
     warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning)
-    script_args, training_args, model_args, demo_args = parse(argv)
+    try:
+        script_args, training_args, model_args, demo_args = parse(argv)
+    except ValueError as error:  # a value the config refuses (learning_rate, bounds, ...): one line, before any work
+        fail(str(error))
     check_hub_access(training_args.push_to_hub, training_args.hub_token)
     check_vllm_installed(training_args.use_vllm)  # before the demo's warm start, not after it
     if model_args.model_name_or_path is not None:

@@ -49,6 +49,12 @@ def test_trl_parser_reads_yaml_and_command_line(tmp_path):
         (dict(success_threshold=float("nan")), "success_threshold"),
         (dict(pass_rate_prior_strength=-1.0), "pass_rate_prior_strength"),
         (dict(pass_rate_prior_strength=float("inf")), "pass_rate_prior_strength"),
+        (dict(learning_rate=-1e-5), r"learning_rate \(-1e-05\).*--learning_rate 1e-6"),
+        (dict(learning_rate=0.0), "learning_rate"),
+        (dict(learning_rate=float("nan")), "learning_rate"),
+        (dict(num_train_epochs=0, max_steps=-1), "num_train_epochs.*trains no step"),
+        (dict(temperature=0.0), "temperature"),
+        (dict(repetition_penalty=0.0), "repetition_penalty"),
     ],
 )
 def test_bad_fields_name_themselves(tmp_path, overrides, field):

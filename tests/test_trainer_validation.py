@@ -11,7 +11,7 @@ from trl.trainer.utils import RepeatSampler
 
 from coba_trl import CoBAConfig, CoBAGRPOTrainer
 from coba_trl.compat import check_signatures, check_trl_version
-from coba_trl.validation import check_context_length, check_hub_access, longest_prompt_tokens
+from coba_trl.validation import check_context_length, check_hub_access, check_prompt_column, longest_prompt_tokens
 
 
 @pytest.fixture(scope="module")
@@ -223,3 +223,39 @@ def test_push_to_hub_is_refused_offline_before_any_training(monkeypatch):
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
     with pytest.raises(ValueError, match="HF_HUB_OFFLINE.*hf auth login"):
         check_hub_access(True, "hf_token")
+
+
+def test_a_dataset_without_prompt_names_its_columns_and_the_layouts(tmp_path, model_and_tokenizer):
+    dataset = Dataset.from_dict({"question": ["1 + 1 ="] * 16, "solution": ["2"] * 16})
+    with pytest.raises(ValueError, match=r"no `prompt` column \(columns: \['question', 'solution'\]\).*chat messages"):
+        _build(tmp_path, model_and_tokenizer, train_dataset=dataset)
+
+
+def test_a_stream_without_prompt_is_named_from_its_first_row_only():
+    def endless():
+        while True:
+            yield {"question": "1 + 1 ="}
+
+    stream = IterableDataset.from_generator(endless)  # no known features: only its first row is read
+    with pytest.raises(ValueError, match=r"columns: \['question'\].*rename_column\('question', 'prompt'\)"):
+        check_prompt_column(stream)
+
+
+@pytest.mark.parametrize("prompts", [["Question 1:", "", "Question 3:"], ["Question 1:", None, "  "]])
+def test_empty_prompts_fail_at_construction(tmp_path, model_and_tokenizer, prompts):
+    dataset = Dataset.from_dict({"prompt": prompts * 6})
+    with pytest.raises(ValueError, match="empty prompt.*the first at row 1"):
+        _build(tmp_path, model_and_tokenizer, train_dataset=dataset)
+
+
+def test_none_in_a_column_the_reward_reads_fails_at_construction(tmp_path, model_and_tokenizer):
+    def solution_reward(completions, solution, **kwargs):
+        return [float(c.strip() == s) for c, s in zip(completions, solution, strict=True)]
+
+    model, tokenizer = model_and_tokenizer
+    dataset = Dataset.from_dict({"prompt": [f"Question {i}:" for i in range(16)], "solution": ["2"] * 15 + [None]})
+    args = CoBAConfig(output_dir=str(tmp_path), per_device_train_batch_size=8, num_generations=4, **TINY_ARGS)
+    with pytest.raises(ValueError, match=r"column 'solution', which holds None in 1 row.*row 15"):
+        CoBAGRPOTrainer(model, solution_reward, args=args, train_dataset=dataset, processing_class=tokenizer)
+    dataset = dataset.select(range(15))  # the rows left hold no None: the indices mapping is read, not the table
+    CoBAGRPOTrainer(model, solution_reward, args=args, train_dataset=dataset, processing_class=tokenizer)

@@ -8,6 +8,7 @@ far above the paper's 1e-6, because the model is tiny, and a short warm start th
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 DEMO_OUTPUT_DIR = "outputs/cpu_demo"
@@ -86,3 +87,11 @@ class DemoArguments:
         default=False,
         metadata={"help": "Replace the results of a finished demo run in output_dir (refused without this flag)."},
     )
+
+    def __post_init__(self):
+        if not (math.isfinite(self.demo_warm_start_learning_rate) and self.demo_warm_start_learning_rate > 0):
+            raise ValueError(
+                f"demo_warm_start_learning_rate ({self.demo_warm_start_learning_rate}) must be a positive, finite "
+                "number, or the warm start's optimizer refuses it. Pass --demo_warm_start_learning_rate 3e-3 (the "
+                "default)."
+            )

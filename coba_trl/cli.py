@@ -1,0 +1,103 @@
+"""What the example scripts say about a command line they cannot use, each in one line on stderr (exit status 2, as
+argparse uses for usage errors): an unknown flag or `--config` key, with the nearest field; a config file that is
+missing or is not a YAML mapping, with its path.
+
+TRL's `TrlParser` reads the `--config` file and the flags; these checks run before it, so its messages (a list of
+unknown arguments, a `FileNotFoundError` traceback) are never the ones a user meets. Torch-free: the scripts read
+the config file before they import torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import difflib
+import os
+import sys
+from typing import NoReturn
+
+import yaml
+
+CONFIG_FLAG = "--config"
+
+
+def fail(message: str, prog: str | None = None) -> NoReturn:
+    """Print `<prog>: error: <message>` on one line and exit with status 2."""
+    prog = prog or os.path.basename(sys.argv[0])
+    print(f"{prog}: error: {message}", file=sys.stderr, flush=True)
+    raise SystemExit(2)
+
+
+def config_path(argv: list[str]) -> str | None:
+    """The file after `--config` in `argv` (the one form TRL reads), or None."""
+    if CONFIG_FLAG not in argv:
+        return None
+    index = argv.index(CONFIG_FLAG)
+    if index + 1 == len(argv) or argv[index + 1].startswith("--"):
+        fail("--config needs the path of a YAML file, e.g. --config recipes/cpu_demo.yaml.")
+    return argv[index + 1]
+
+
+def read_config(path: str) -> dict:
+    """The settings of the config file at `path`; exits with one line when it is missing or not a YAML mapping."""
+    if not os.path.isfile(path):
+        what = "is a folder, not a file" if os.path.isdir(path) else "does not exist"
+        fail(f"config file {path} {what} (--config {path}); pass the path of a YAML file, e.g. recipes/cpu_demo.yaml.")
+    try:
+        with open(path) as handle:
+            settings = yaml.safe_load(handle)
+    except yaml.YAMLError as error:
+        where = getattr(error, "problem_mark", None)
+        line = f" at line {where.line + 1}" if where is not None else ""
+        fail(f"config file {path} is not valid YAML{line}: {getattr(error, 'problem', None) or error}.")
+    if settings is None:
+        return {}
+    if not isinstance(settings, dict):
+        fail(f"config file {path} must hold `field: value` lines (a YAML mapping), not a {type(settings).__name__}.")
+    return settings
+
+
+def settings_from_config(argv: list[str]) -> dict:
+    """The settings of `argv`'s `--config` file ({} without one)."""
+    path = config_path(argv)
+    return {} if path is None else read_config(path)
+
+
+def _did_you_mean(name: str, candidates: list[str], quote: str) -> str:
+    close = difflib.get_close_matches(name, candidates, n=3, cutoff=0.6)
+    if not close:
+        return "; --help lists every option."
+    return f"; did you mean {' or '.join(f'{quote}{c}{quote}' for c in close)}?"
+
+
+def field_names(parser: argparse.ArgumentParser) -> list[str]:
+    """The fields of the parser's dataclasses (what a config file may set), plus TRL's `env` section."""
+    return sorted({f.name for kind in parser.dataclass_types for f in dataclasses.fields(kind)} | {"env"})
+
+
+def check_config_keys(parser: argparse.ArgumentParser, argv: list[str]) -> None:
+    """Exit on the first key of the `--config` file that is no field, naming the file and the nearest fields."""
+    path = config_path(argv)
+    if path is None:
+        return
+    known = field_names(parser)
+    for key in read_config(path):
+        if key not in known:
+            hint = _did_you_mean(str(key).replace("-", "_"), known, "`")
+            fail(f"unknown key `{key}` in config file {path}{hint}", parser.prog)
+
+
+def check_flag_names(parser: argparse.ArgumentParser, argv: list[str]) -> None:
+    """Exit when a flag of `argv` is misspelled, naming it and the closest valid flags."""
+    known = {CONFIG_FLAG} | {option for action in parser._actions for option in action.option_strings}
+    spelled = sorted(option for option in known if "-" not in option[2:])  # --max_steps, not also --max-steps
+    for token in argv:
+        flag = token.split("=", 1)[0]
+        if flag.startswith("--") and not any(option.startswith(flag) for option in known):  # argparse takes prefixes
+            fail(f"unknown option {flag}{_did_you_mean('--' + flag[2:].replace('-', '_'), spelled, '')}", parser.prog)
+
+
+def check_command_line(parser: argparse.ArgumentParser, argv: list[str]) -> None:
+    """Every flag of `argv` and every key of its `--config` file names a field of `parser`; the file exists."""
+    check_flag_names(parser, argv)
+    check_config_keys(parser, argv)

@@ -1,0 +1,284 @@
+"""What CoBA, Knapsack-RL and a uniform split would do with a training set's offline pass rates, before training.
+
+From each prompt's pass rate p_i (`examples/evaluate.py --train_dataset ... --k 8` writes them, or any column of pass
+rates) and a run's budget and group bounds, the preview plays the first epoch of a run that allocates from these
+priors (`--prior_pass_rate_column`): the prompts in the round sampler's epoch-0 order, cut into the epoch's
+floor(N / M) rounds of M = generation_batch_size / num_generations prompts; each round allocated as the trainer's
+first rounds are (`coba_trl.round.plan_round`: the prior is each prompt's pass rate, the allocator's group sizes,
+stranded units topped up); after each round the allocator observes the round's pass rates, the expected outcome,
+so CoBA's capability F_t follows the data (before the first round: alpha = kappa - 2, beta = 2, as in a run).
+
+It reports, per allocator, the mean group size by pass-rate band and the expected number of groups holding both a
+success and a failure (the groups with a non-zero gradient) under independent draws at each prompt's pass rate,
+sum_i [1 - p_i^n_i - (1 - p_i)^n_i], per round and relative to uniform. That is the expectation of a model whose pass
+rates are these numbers and do not change during the epoch; a real run's pass rates move. Prompts without a pass
+rate (NaN) are allocated as unseen and left out of the expectation. The JSON file also holds each prompt's group size
+per allocator, in dataset order (0 for the prompts after the epoch's last whole round), so the figures can be
+recomputed from it and the pass rates.
+
+    python -m coba_trl.preview outputs/pass_rates/train_pass_rates.parquet --generation_batch_size 4096 \\
+        --num_generations 16 --min_generations 2 --max_generations 128
+    python -m coba_trl.preview outputs/pass_rates/train_pass_rates.parquet \\
+        --recipe recipes/qwen2.5-7b-instruct_coba.yaml   # the run a training config describes
+
+The core (`allocation_preview`) is numpy and the allocators; the command adds the sampler's order and the files.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from coba_trl.allocation import fill_to_budget
+
+PREVIEW_FILE = "allocation_preview"  # .md and .json
+ALLOCATOR_ORDER = ("coba", "knapsack", "uniform")
+BANDS = ("unknown", "0", "(0, 0.25]", "(0.25, 0.5]", "(0.5, 0.75]", "(0.75, 1)", "1")
+
+
+def band_index(pass_rates: np.ndarray) -> np.ndarray:
+    """The index in `BANDS` of each pass rate."""
+    p = np.asarray(pass_rates, dtype=float)
+    inner = 2 + np.clip(np.ceil(np.nan_to_num(p) * 4).astype(int) - 1, 0, 3)
+    return np.select([np.isnan(p), p == 0, p == 1], [0, 1, 6], default=inner)
+
+
+def mixed_group_probability(pass_rates, group_sizes) -> np.ndarray:
+    """P(a group of n_i independent draws at pass rate p_i holds a success and a failure) = 1 - p^n - (1 - p)^n."""
+    p, n = np.asarray(pass_rates, dtype=float), np.asarray(group_sizes, dtype=float)
+    return 1.0 - p**n - (1.0 - p) ** n
+
+
+def epoch_group_sizes(pass_rates, budget: int, prompts_per_round: int, allocator) -> np.ndarray:
+    """Each prompt's group size over one epoch of rounds (prompts in round order; those after the last whole round
+    get 0), the allocator observing each round's pass rates (the expected outcome) after allocating it."""
+    p = np.asarray(pass_rates, dtype=float)
+    sizes = np.zeros(p.size, dtype=np.int64)
+    for start in range(0, p.size - prompts_per_round + 1, prompts_per_round):
+        rates = p[start : start + prompts_per_round]
+        counts = np.asarray(allocator.allocate(rates, budget), dtype=np.int64)
+        stranded = int(allocator.metrics().get("unallocated", 0))
+        if stranded:
+            counts = fill_to_budget(counts, int(counts.sum()) + stranded, allocator.max_budget)
+        sizes[start : start + prompts_per_round] = counts
+        known = rates[~np.isnan(rates)]
+        if known.size:
+            allocator.observe(known)
+    return sizes
+
+
+@dataclass
+class Preview:
+    """The preview's figures: settings, then per allocator its group sizes by band and its expected mixed groups."""
+
+    settings: dict
+    band_prompts: list[int]
+    mean_group_size: dict[str, list[float]]  # allocator -> per band (NaN where the band is empty)
+    expected_mixed_per_round: dict[str, float]  # allocator -> sum over the epoch / rounds
+    relative_to_uniform: dict[str, float]
+    group_sizes: dict[str, np.ndarray] = field(repr=False)  # allocator -> per prompt, dataset order (0 = no round)
+
+    def to_json(self) -> dict:
+        return {
+            "settings": self.settings,
+            "bands": [
+                {
+                    "band": band,
+                    "prompts": count,
+                    **{f"mean_group_size_{a}": _finite(v[i]) for a, v in self.mean_group_size.items()},
+                }
+                for i, (band, count) in enumerate(zip(BANDS, self.band_prompts, strict=True))
+            ],
+            "expected_mixed_groups_per_round": self.expected_mixed_per_round,
+            "relative_to_uniform": self.relative_to_uniform,
+            "group_sizes": {name: sizes.tolist() for name, sizes in self.group_sizes.items()},
+        }
+
+    def to_markdown(self) -> str:
+        s = self.settings
+        names = list(self.mean_group_size)
+        lines = [
+            f"Allocation preview: {s['prompts_used']} of {s['prompts']} prompts in {s['rounds']} rounds of "
+            f"{s['prompts_per_round']} prompts, {s['budget']} completions a round (mean {s['num_generations']}, "
+            f"bounds {s['min_generations']} to {s['max_generations']}); {s['known']} prompts with a pass rate.",
+            "",
+            "Mean group size by pass-rate band:",
+            "",
+            "| pass rate | prompts | " + " | ".join(names) + " |",
+            "|---|---:|" + "---:|" * len(names),
+        ]
+        for i, band in enumerate(BANDS):
+            if self.band_prompts[i]:
+                sizes = " | ".join(f"{self.mean_group_size[a][i]:.1f}" for a in names)
+                lines.append(f"| {band} | {self.band_prompts[i]} | {sizes} |")
+        lines += [
+            "",
+            "Expected groups with both a success and a failure per round, if each prompt's completions succeed "
+            "independently at its pass rate (that model's expectation, sum_i 1 - p_i^n_i - (1 - p_i)^n_i):",
+            "",
+            "| allocator | expected mixed groups / round | relative to uniform |",
+            "|---|---:|---:|",
+        ]
+        for a in names:
+            lines.append(f"| {a} | {self.expected_mixed_per_round[a]:.2f} | {self.relative_to_uniform[a]:.3f} |")
+        return "\n".join(lines) + "\n"
+
+
+def _finite(value: float) -> float | None:
+    return None if math.isnan(value) else float(value)
+
+
+def allocation_preview(pass_rates, budget: int, num_generations: int, allocators: dict, order=None) -> Preview:
+    """The preview of `allocators` (name -> fresh allocator) on `pass_rates` (dataset order), whose prompts enter the
+    rounds in `order` (dataset indices; None = dataset order), as the module doc says. The group sizes it returns are
+    in dataset order, 0 for the prompts after the epoch's last whole round."""
+    p = np.asarray(pass_rates, dtype=float)
+    order = np.arange(p.size) if order is None else np.asarray(order, dtype=np.int64)
+    prompts_per_round = budget // num_generations
+    rounds = p.size // prompts_per_round
+    if rounds == 0:
+        raise ValueError(
+            f"{p.size} prompts are fewer than one round's {prompts_per_round} (generation_batch_size {budget} / "
+            f"num_generations {num_generations}); lower generation_batch_size or preview more prompts."
+        )
+    used = order[: rounds * prompts_per_round]
+    bands = band_index(p[used])
+    known = used[~np.isnan(p[used])]
+    sizes = {}
+    for name, allocator in allocators.items():
+        sizes[name] = np.zeros(p.size, dtype=np.int64)
+        sizes[name][order] = epoch_group_sizes(p[order], budget, prompts_per_round, allocator)
+    mean_size = {
+        name: [float(s[used][bands == b].mean()) if np.any(bands == b) else math.nan for b in range(len(BANDS))]
+        for name, s in sizes.items()
+    }
+    mixed = {name: float(mixed_group_probability(p[known], s[known]).sum()) / rounds for name, s in sizes.items()}
+    base = mixed.get("uniform", math.nan)
+    relative = {name: value / base if base > 0 else math.nan for name, value in mixed.items()}
+    bounds = next(iter(allocators.values()))
+    settings = {
+        "prompts": int(p.size),
+        "prompts_used": int(used.size),
+        "known": int(known.size),
+        "rounds": int(rounds),
+        "prompts_per_round": int(prompts_per_round),
+        "budget": int(budget),
+        "num_generations": int(num_generations),
+        "min_generations": int(bounds.min_budget),
+        "max_generations": int(bounds.max_budget),
+    }
+    counts = [int(np.sum(bands == b)) for b in range(len(BANDS))]
+    return Preview(settings, counts, mean_size, mixed, relative, sizes)
+
+
+def write_preview(preview: Preview, output_dir: str, extra_settings: dict | None = None) -> tuple[str, str]:
+    """`<output_dir>/allocation_preview.md` and `.json`; returns their paths."""
+    os.makedirs(output_dir, exist_ok=True)
+    md_path, json_path = (os.path.join(output_dir, f"{PREVIEW_FILE}.{ext}") for ext in ("md", "json"))
+    with open(md_path, "w") as handle:
+        handle.write(preview.to_markdown())
+    payload = preview.to_json()
+    payload["settings"].update(extra_settings or {})
+    with open(json_path, "w") as handle:
+        json.dump(payload, handle, indent=2)
+    return md_path, json_path
+
+
+def round_order(num_prompts: int, prompts_per_round: int, seed: int, shuffle: bool = True) -> list[int]:
+    """The dataset order of a run's first epoch, as `coba_trl.sampling.RoundSampler` draws it."""
+    from coba_trl.sampling import RoundSampler
+
+    return RoundSampler(num_prompts, prompts_per_round, shuffle=shuffle, seed=seed).permutation(0)
+
+
+def preview_run(pass_rates, config) -> Preview:
+    """The preview at a `CoBAConfig`'s budget (generation_batch_size), mean group size, bounds, allocator parameters,
+    seed and shuffling: the three allocators on the prompts in the run's first-epoch order."""
+    p = np.asarray(pass_rates, dtype=float)
+    prompts_per_round = config.generation_batch_size // config.num_generations
+    order = round_order(p.size, prompts_per_round, config.seed, config.shuffle_dataset) if p.size else None
+    allocators = {name: config.build_allocator(name) for name in ALLOCATOR_ORDER}
+    return allocation_preview(p, config.generation_batch_size, config.num_generations, allocators, order)
+
+
+@dataclass
+class PreviewArguments:
+    """
+    Where the pass rates are and where the preview goes; the run's budget and bounds are `CoBAConfig`'s flags.
+
+    Parameters:
+        pass_rates (`str`):
+            A .parquet / .jsonl / .json file (or folder) or a Hub dataset with a pass-rate column, such as the
+            `train_pass_rates.parquet` that `examples/evaluate.py --train_dataset` writes. Also the first argument.
+        pass_rate_column (`str`, *optional*, defaults to `"pass_rate"`):
+            The column of pass rates in [0, 1] (None / NaN = unknown).
+        recipe (`str` or `None`, *optional*, defaults to `None`):
+            A training config (`examples/train_qwen.py --config FILE`): its `CoBAConfig` fields set the run previewed
+            (flags override them); its other keys (model, dataset) are ignored.
+        preview_dir (`str` or `None`, *optional*, defaults to `None`):
+            Where `allocation_preview.md` and `.json` go; None = the folder of the pass-rate file (or `outputs`).
+    """
+
+    pass_rates: str = field(
+        metadata={"help": "File (or Hub dataset) with a pass-rate column; also the first argument."}
+    )
+    pass_rate_column: str = field(default="pass_rate", metadata={"help": "The column of pass rates in [0, 1]."})
+    recipe: str | None = field(
+        default=None, metadata={"help": "A training config whose CoBAConfig fields set the run previewed."}
+    )
+    preview_dir: str | None = field(
+        default=None, metadata={"help": "Where allocation_preview.md/.json go; None = the pass-rate file's folder."}
+    )
+
+
+def main(argv: list[str] | None = None) -> Preview:
+    import sys
+
+    from trl import TrlParser
+
+    from coba_trl.cli import check_command_line, read_config
+    from coba_trl.config import CoBAConfig
+    from coba_trl.data.sources import load_table
+    from coba_trl.validation import check_prior_values
+
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv and not argv[0].startswith("-"):
+        argv = ["--pass_rates", *argv]
+    parser = TrlParser(
+        (PreviewArguments, CoBAConfig),
+        usage="python -m coba_trl.preview PASS_RATES [--recipe TRAINING.yaml] [--FIELD VALUE ...]",
+        description=__doc__,
+    )
+    check_command_line(parser, argv)
+    parser.set_defaults_with_config(use_cpu=True, report_to="none", output_dir="outputs")  # no effect on the preview
+    recipe = argv[argv.index("--recipe") + 1] if "--recipe" in argv[:-1] else None
+    if recipe is not None:
+        known = {f.name for f in dataclasses.fields(CoBAConfig)}
+        parser.set_defaults_with_config(**{k: v for k, v in read_config(recipe).items() if k in known})
+    preview_args, config = parser.parse_args_and_config(args=argv)
+    table = load_table(preview_args.pass_rates)
+    column = preview_args.pass_rate_column
+    if column not in table.column_names:
+        raise ValueError(
+            f"pass_rate_column is {column!r}, but {preview_args.pass_rates} has no such column (columns: "
+            f"{table.column_names}). Pass --pass_rate_column with the column of pass rates."
+        )
+    rates = table[column]
+    check_prior_values(rates, column)
+    preview = preview_run([math.nan if r is None else r for r in rates], config)
+    folder = preview_args.preview_dir or (
+        os.path.dirname(preview_args.pass_rates) if os.path.isfile(preview_args.pass_rates) else "outputs"
+    )
+    print(preview.to_markdown())
+    paths = write_preview(preview, folder or ".", {"pass_rates": preview_args.pass_rates, "seed": config.seed})
+    print(f"Wrote {paths[0]} and {paths[1]}.")
+    return preview
+
+
+if __name__ == "__main__":
+    main()

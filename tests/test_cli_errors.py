@@ -1,0 +1,119 @@
+"""What the example scripts say to a mistyped command line or config file, and where they stop: one line on stderr,
+before the demo's warm start or the model is loaded."""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import os
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from datasets import Dataset
+from trl import TrlParser
+
+from coba_trl.cli import check_command_line, read_config
+
+ROOT = Path(__file__).resolve().parents[1]
+WARM_START = "[warm-start]"
+
+
+def run_script(script: str, *argv: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    command = [sys.executable, str(ROOT / "examples" / script), *argv]
+    return subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
+
+
+@functools.cache
+def load(script: str):
+    spec = importlib.util.spec_from_file_location(script, ROOT / "examples" / f"{script}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[script] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def one_line(stderr: str) -> str:
+    lines = [line for line in stderr.splitlines() if line.strip() and "Warning" not in line and "warn(" not in line]
+    assert len(lines) == 1, stderr
+    return lines[0]
+
+
+def test_the_demo_names_a_typod_config_key_its_file_and_the_field_meant(tmp_path):
+    config = tmp_path / "mine.yaml"
+    config.write_text("budget_allocater: knapsack\nmax_steps: 3\n")
+    result = run_script("train_qwen.py", "--config", str(config), "--output_dir", str(tmp_path / "out"))
+    assert result.returncode == 2 and WARM_START not in result.stdout
+    line = one_line(result.stderr)
+    assert f"unknown key `budget_allocater` in config file {config}; did you mean `budget_allocator`?" in line
+
+
+def test_a_missing_config_file_is_one_line_naming_its_path(tmp_path):
+    for script in ("train_qwen.py", "evaluate.py"):
+        result = run_script(script, "--config", str(tmp_path / "nope.yaml"))
+        assert result.returncode == 2 and WARM_START not in result.stdout
+        assert f"config file {tmp_path / 'nope.yaml'} does not exist" in one_line(result.stderr)
+
+
+def test_a_negative_learning_rate_stops_the_demo_before_its_warm_start(tmp_path):
+    result = run_script("train_qwen.py", "--learning_rate=-1e-5", "--output_dir", str(tmp_path / "out"))
+    assert result.returncode == 2 and WARM_START not in result.stdout
+    assert "learning_rate (-1e-05) must be a positive, finite number" in one_line(result.stderr)
+    assert not (tmp_path / "out").exists()
+
+
+def test_evaluate_names_a_typod_config_key_and_flag(tmp_path, capsys):
+    config = tmp_path / "eval.yaml"
+    config.write_text("model_name_or_path: outputs/cpu_demo\nbenchmark: [arithmetic]\n")
+    with pytest.raises(SystemExit) as stop:
+        load("evaluate").main(["--config", str(config)])
+    assert stop.value.code == 2
+    assert f"config file {config}; did you mean `benchmarks`" in one_line(capsys.readouterr().err)
+    with pytest.raises(SystemExit):
+        load("evaluate").main(["--model_name_or_path", "m", "--max_new_tokes", "8"])
+    assert "unknown option --max_new_tokes; did you mean --max_new_tokens" in one_line(capsys.readouterr().err)
+
+
+def test_a_training_set_without_prompt_fails_before_any_model_loads(tmp_path):
+    path = tmp_path / "questions.parquet"
+    Dataset.from_dict({"question": ["1 + 1"], "answer": ["2"]}).to_parquet(path)
+    missing_model = str(tmp_path / "no_model_here")  # were a model loaded first, this would fail instead
+    with pytest.raises(ValueError, match=r"no `prompt` column \(columns: \['question', 'answer'\]\). Accepted"):
+        load("evaluate").main(["--model_name_or_path", missing_model, "--train_dataset", str(path), "--k", "2"])
+    with pytest.raises(ValueError, match=r"no `prompt` column \(columns: \['question', 'answer'\]\). Accepted"):
+        argv = ["--model_name_or_path", missing_model, "--dataset_name", str(path), "--use_cpu", "true"]
+        load("train_qwen").main([*argv, "--bf16", "false", "--output_dir", str(tmp_path / "out")])
+
+
+@dataclass
+class Settings:
+    budget_allocator: str = field(default="coba")
+    max_steps: int = field(default=1)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("- a\n- b\n", "must hold `field: value` lines (a YAML mapping), not a list"),
+        ("max_steps: [1\n", "is not valid YAML at line 2"),
+    ],
+)
+def test_a_config_file_that_is_no_mapping_is_one_line(tmp_path, capsys, text, message):
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    with pytest.raises(SystemExit):
+        read_config(str(path))
+    assert message in one_line(capsys.readouterr().err)
+
+
+def test_flags_and_config_keys_are_checked_against_every_dataclass(tmp_path, capsys):
+    parser = TrlParser((Settings,))
+    path = tmp_path / "ok.yaml"
+    path.write_text("max_steps: 2\nenv:\n  FOO: bar\n")
+    check_command_line(parser, ["--config", str(path), "--budget_allocator", "uniform"])  # all known: no exit
+    with pytest.raises(SystemExit):
+        check_command_line(parser, ["--config"])
+    assert "--config needs the path of a YAML file" in one_line(capsys.readouterr().err)

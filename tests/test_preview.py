@@ -1,0 +1,126 @@
+"""The allocation preview: its expected mixed-group counts, recomputed independently, and the trainer's first round."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+from datasets import Dataset
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from coba_trl.allocation import PassRateHistory, build_allocator
+from coba_trl.preview import BANDS, allocation_preview, band_index, main, mixed_group_probability
+from coba_trl.round import plan_round
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _allocators(min_generations=2, max_generations=32):
+    return {name: build_allocator(name, min_generations, max_generations) for name in ("coba", "knapsack", "uniform")}
+
+
+def _mixed_by_hand(rates, sizes) -> float:
+    """Sum over prompts with a pass rate and a group of P(at least one success and one failure), by complement."""
+    total = 0.0
+    for p, n in zip(rates, sizes, strict=True):
+        if n and not math.isnan(p):
+            total += 1.0 - p**n - (1.0 - p) ** n
+    return total
+
+
+def test_a_group_is_mixed_unless_all_succeed_or_all_fail():
+    assert mixed_group_probability([0.5], [2])[0] == pytest.approx(0.5)  # SS, SF, FS, FF: two of four mixed
+    assert mixed_group_probability([0.0, 1.0, 0.3], [16, 16, 1]).tolist() == pytest.approx([0.0, 0.0, 0.0])
+    assert mixed_group_probability([0.25], [3])[0] == pytest.approx(1 - 0.25**3 - 0.75**3)
+
+
+def test_pass_rates_fall_in_their_bands():
+    rates = [math.nan, 0.0, 0.01, 0.25, 0.26, 0.5, 0.75, 0.99, 1.0]
+    names = [BANDS[i] for i in band_index(np.array(rates))]
+    assert names == ["unknown", "0", "(0, 0.25]", "(0, 0.25]", "(0.25, 0.5]", "(0.25, 0.5]", "(0.5, 0.75]"] + [
+        "(0.75, 1)",
+        "1",
+    ]
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(st.one_of(st.sampled_from([0.0, 1.0, math.nan]), st.floats(0.0, 1.0)), min_size=8, max_size=60),
+    st.sampled_from([(32, 8), (24, 4), (64, 16)]),
+)
+def test_expected_mixed_groups_match_an_independent_count(rates, layout):
+    budget, num_generations = layout
+    order = np.random.default_rng(len(rates)).permutation(len(rates))
+    preview = allocation_preview(rates, budget, num_generations, _allocators(), order)
+    rounds = preview.settings["rounds"]
+    m = budget // num_generations
+    assert rounds == len(rates) // m
+    for name, sizes in preview.group_sizes.items():
+        in_rounds = order[: rounds * m]
+        assert (sizes[in_rounds] >= 1).all() and (np.delete(sizes, in_rounds) == 0).all()
+        for r in range(rounds):  # every round spends exactly its budget, as the trainer's rounds do
+            assert sizes[order[r * m : (r + 1) * m]].sum() == budget
+        expected = _mixed_by_hand(rates, sizes) / rounds
+        assert preview.expected_mixed_per_round[name] == pytest.approx(expected, abs=1e-9)
+    assert (preview.group_sizes["uniform"][order[: rounds * m]] == num_generations).all()
+    if preview.expected_mixed_per_round["uniform"] > 0:
+        assert preview.relative_to_uniform["uniform"] == pytest.approx(1.0)
+
+
+def test_the_first_round_is_the_trainers_first_round_with_priors():
+    rates = np.random.default_rng(0).uniform(size=32).round(2)
+    rates[[3, 9]] = [0.0, 1.0]
+    for name in ("coba", "knapsack"):
+        preview = allocation_preview(rates, 256, 8, {name: build_allocator(name, 2, 32)})
+        plan = plan_round(list(range(32)), build_allocator(name, 2, 32), PassRateHistory(), 256, 32, prior=rates)
+        assert preview.group_sizes[name].tolist() == plan.group_sizes.tolist()
+
+
+def test_the_command_prints_and_writes_the_preview(tmp_path, capsys):
+    rates = [0.0, 0.125, 0.5, 0.875, 1.0, 0.25, 0.75, 0.375] * 8
+    path = tmp_path / "train_pass_rates.parquet"
+    Dataset.from_dict({"prompt": ["q"] * len(rates), "pass_rate": rates}).to_parquet(path)
+    main([str(path), "--generation_batch_size", "128", "--num_generations", "8", "--max_generations", "32"])
+    out = capsys.readouterr().out
+    assert "| coba |" in out and "| knapsack |" in out and "| uniform |" in out
+    assert "expectation" in out
+    written = json.loads((tmp_path / "allocation_preview.json").read_text())
+    assert (tmp_path / "allocation_preview.md").read_text() in out
+    assert written["settings"]["rounds"] == 4 and written["settings"]["budget"] == 128
+    for name, sizes in written["group_sizes"].items():  # the file alone lets anyone recompute the figures
+        per_round = _mixed_by_hand(rates, sizes) / 4
+        assert written["expected_mixed_groups_per_round"][name] == pytest.approx(per_round)
+
+
+def test_a_training_recipe_sets_the_run_previewed(tmp_path):
+    path = tmp_path / "rates.jsonl"
+    Dataset.from_dict({"pass_rate": np.linspace(0, 1, 300).tolist()}).to_json(path)
+    recipe = str(
+        ROOT / "recipes" / "qwen2.5-7b-instruct_coba.yaml"
+    )  # 4096 completions a round, 16 on average, 2 to 128
+    preview = main([str(path), "--recipe", recipe, "--max_generations", "64", "--preview_dir", str(tmp_path)])
+    settings = preview.settings
+    assert (settings["budget"], settings["num_generations"], settings["min_generations"]) == (4096, 16, 2)
+    assert settings["max_generations"] == 64 and settings["rounds"] == 1  # flags override the recipe
+
+
+@pytest.mark.slow
+def test_evaluate_previews_the_allocation_of_the_pass_rates_it_writes(tmp_path, capsys):
+    from coba_trl.tiny import build_byte_tokenizer, build_tiny_qwen2
+    from tests.test_evaluate import load_script
+
+    tokenizer = build_byte_tokenizer()
+    build_tiny_qwen2(tokenizer, hidden_size=16).save_pretrained(tmp_path / "model")
+    tokenizer.save_pretrained(tmp_path / "model")
+    argv = ["--model_name_or_path", str(tmp_path / "model"), "--train_dataset", "arithmetic", "--max_problems", "32"]
+    argv += ["--k", "2", "--max_new_tokens", "4", "--dtype", "float32", "--backend", "transformers"]
+    scored = load_script().main([*argv, "--output_dir", str(tmp_path / "rates")])
+    assert "expected mixed groups / round" in capsys.readouterr().out
+    written = json.loads((tmp_path / "rates" / "allocation_preview.json").read_text())
+    assert written["settings"]["budget"] == 256 and written["settings"]["rounds"] == 1  # the demo's round: 32 x 8
+    uniform = _mixed_by_hand(scored["pass_rate"], written["group_sizes"]["uniform"])
+    assert written["expected_mixed_groups_per_round"]["uniform"] == pytest.approx(uniform)
