@@ -137,19 +137,25 @@ def weights_folder() -> str:
 class CPUWeightSync:
     """vLLM worker extension: loads the weight files `CPUWeightSyncClient` writes (methods reached by collective_rpc).
 
-    Only files in `weights_folder()` are loaded (module docstring)."""
+    Only files in `weights_folder()` are loaded (module docstring). A method that raises stops vLLM's server, so
+    `coba_load_weights_file` returns why it did not load a file instead, and the client raises with that."""
 
     def coba_weight_sync_ready(self) -> str:
         return weights_folder()
 
-    def coba_load_weights_file(self, path: str) -> None:
-        folder = weights_folder()
-        if os.path.dirname(os.path.realpath(path)) != os.path.realpath(folder):
-            raise PermissionError(
-                f"This vLLM server loads weight files only from {folder}, the folder its own user's trainers write "
-                f"them to; refused: {path!r}."
-            )
-        load_weights(self.model_runner, load_file(path).items())
+    def coba_load_weights_file(self, path: str) -> str:
+        """Load the weight file at `path`: "" when done, else the error."""
+        try:
+            folder = weights_folder()
+            if os.path.dirname(os.path.realpath(path)) != os.path.realpath(folder):
+                raise PermissionError(
+                    f"this vLLM server loads weight files only from {folder}, the folder its own user's trainers "
+                    f"write them to; refused: {path!r}."
+                )
+            load_weights(self.model_runner, load_file(path).items())
+        except Exception as error:
+            return f"{type(error).__name__}: {error}"
+        return ""
 
 
 class CPUWeightSyncClient(VLLMClient):
@@ -192,6 +198,9 @@ class CPUWeightSyncClient(VLLMClient):
         os.close(handle)
         try:
             save_file(weights, path)
-            self._post(f"{self.base_url}/collective_rpc", json={"method": LOAD_METHOD, "args": [path]})
+            results = self._post(f"{self.base_url}/collective_rpc", json={"method": LOAD_METHOD, "args": [path]})
         finally:
             os.remove(path)
+        errors = [error for error in results["results"] if error]
+        if errors:
+            raise RuntimeError(f"The vLLM server at {self.base_url} did not load the trainer's weights: {errors[0]}")
