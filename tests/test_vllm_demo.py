@@ -32,7 +32,7 @@ def run_demo(output_dir: Path, *flags: str) -> dict:
     command = [sys.executable, str(ROOT / "examples" / "train_qwen.py"), *flags, *SMALL_DEMO, "--output_dir"]
     # Not this process's rendezvous: a colocated engine of an earlier test set it up here and holds its port.
     env = {name: value for name, value in os.environ.items() if name not in RENDEZVOUS}
-    done = subprocess.run([*command, str(output_dir)], env=env, capture_output=True, text=True, timeout=900)
+    done = subprocess.run([*command, str(output_dir)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
     with open(output_dir / "trainer_state.json") as handle:
         logs = json.load(handle)["log_history"]
@@ -51,13 +51,18 @@ def test_the_demo_runs_on_colocated_vllm(tmp_path):
 
 def test_the_demo_runs_against_the_readme_server_with_lora(tmp_path, vllm_server):
     # The README's training command against the server its commands started (on a free port, hence the URL), with a
-    # LoRA adapter at a learning rate that moves it: the server must sample from the merged weights (the ratio bound).
+    # LoRA adapter at a learning rate that moves it: the server must sample from the merged weights (the ratio bound
+    # of `run_demo`). The small task's accuracy reward is 0 throughout (no gradient), so a reward with spread
+    # (the parity of the completion's length) moves the adapter.
     base_url, _ = vllm_server
     python, script, *flags = shlex.split(readme_server_commands()[2])
     assert (python, script) == ("python", "examples/train_qwen.py")
     lora = ["--use_peft", "--lora_target_modules", "q_proj", "v_proj", "--learning_rate", "5e-2"]
-    summary = run_demo(tmp_path / "server", *flags, "--vllm_server_base_url", base_url, *lora)
+    reward = ["--reward_funcs", "tests.scripts.tiny_coba.text_parity_reward"]
+    summary = run_demo(tmp_path / "server", *flags, "--vllm_server_base_url", base_url, *lora, *reward)
     assert summary["steps"] == 4
+    with open(tmp_path / "server" / "trainer_state.json") as handle:
+        assert any(log.get("grad_norm", 0) > 0 for log in json.load(handle)["log_history"])  # the adapter moved
 
 
 def test_the_benchmark_and_the_docs_start_the_readmes_server():

@@ -15,6 +15,7 @@ import torch
 from peft import LoraConfig
 from requests import Session
 from scripts.vllm_runs import RoundWatch, assert_vllm_followed_the_trainer, coba_trainer
+from trl.generation.vllm_client import VLLMClient
 
 import coba_trl.generation.cpu_weights as cpu_weights
 
@@ -90,5 +91,5 @@ def test_the_server_refuses_weight_files_from_elsewhere(vllm_server):
     assert refused.status_code == 200  # answered, not raised: an error in a worker would stop the server
     (error,) = refused.json()["results"]
     assert error.startswith("PermissionError: this vLLM server loads weight files only from") and path in error
-    prompt = {"model": model_dir, "prompt": "1+2=", "max_tokens": 2}
-    assert session.post(f"{base_url}/v1/completions", json=prompt).status_code == 200
+    (completion,) = VLLMClient(base_url=base_url).generate(prompts=[[50, 43, 51, 61]], max_tokens=2)["completion_ids"]
+    assert len(completion) == 2
