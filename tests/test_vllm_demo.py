@@ -61,6 +61,7 @@ def test_the_demo_runs_against_the_readme_server_with_lora(tmp_path, vllm_server
     reward = ["--reward_funcs", "tests.scripts.tiny_coba.text_parity_reward"]
     summary = run_demo(tmp_path / "server", *flags, "--vllm_server_base_url", base_url, *lora, *reward)
     assert summary["steps"] == 4
+    assert (tmp_path / "server" / "adapter_config.json").exists()  # trained as an adapter
     with open(tmp_path / "server" / "trainer_state.json") as handle:
         assert any(log.get("grad_norm", 0) > 0 for log in json.load(handle)["log_history"])  # the adapter moved
 

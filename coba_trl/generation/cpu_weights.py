@@ -48,7 +48,7 @@ def load_weights(model_runner, weights: Iterable[tuple[str, torch.Tensor]]) -> N
     the LM head again, and check that the head computes with the trainer's weights (module docstring)."""
     model = model_runner.get_model()
     head = _lm_head(model)
-    head_name = next(name for name, param in model.named_parameters() if param is head.weight)
+    head_name = next((name for name, param in model.named_parameters() if param is head.weight), "lm_head.weight")
     columns = torch.linspace(0, head.weight.shape[1] - 1, PROBES).long().unique()
     sent = {}
 
