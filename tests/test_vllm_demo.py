@@ -52,12 +52,13 @@ def test_the_demo_runs_on_colocated_vllm(tmp_path):
 def test_the_demo_runs_against_the_readme_server_with_lora(tmp_path, vllm_server):
     # The README's training command against the server its commands started (on a free port, hence the URL), with a
     # LoRA adapter at a learning rate that moves it: the server must sample from the merged weights (the ratio bound
-    # of `run_demo`). The small task's accuracy reward is 0 throughout (no gradient), so a reward with spread
-    # (the parity of the completion's length) moves the adapter.
+    # of `run_demo`). The small task's accuracy reward is 0 throughout (no gradient), so a reward with spread (the
+    # parity of the completion's length) moves the adapter. No LoRA dropout: TRL's default, 0.05, is active when the
+    # trainer computes its logprobs, which then differ from vLLM's whatever the weights.
     base_url, _ = vllm_server
     python, script, *flags = shlex.split(readme_server_commands()[2])
     assert (python, script) == ("python", "examples/train_qwen.py")
-    lora = ["--use_peft", "--lora_target_modules", "q_proj", "v_proj", "--learning_rate", "5e-2"]
+    lora = "--use_peft --lora_target_modules q_proj v_proj --lora_dropout 0 --learning_rate 5e-2".split()
     reward = ["--reward_funcs", "tests.scripts.tiny_coba.text_parity_reward"]
     summary = run_demo(tmp_path / "server", *flags, "--vllm_server_base_url", base_url, *lora, *reward)
     assert summary["steps"] == 4
