@@ -26,7 +26,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import numpy as np  # noqa: E402
 from machine import machine_line  # noqa: E402
 
-from coba_trl.generation.cpu_server import running_server  # noqa: E402
+from coba_trl.generation.cpu_server import running_server, server_command  # noqa: E402
 from coba_trl.generation.requests import generate_grouped  # noqa: E402
 
 METRICS = ("vllm:prompt_tokens_total", "vllm:prompt_tokens_cached_total")
@@ -86,8 +86,8 @@ def main(argv: list[str] | None = None) -> None:
         from coba_trl.demo.model import main as write_model
 
         write_model([model_dir])
-        env = {"VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1")}
-        with running_server(model_dir, args.port, os.path.join(scratch, "server.log"), env=env) as base_url:
+        command = server_command(model_dir, args.port, python=sys.executable)
+        with running_server(command, args.port, os.path.join(scratch, "server.log")) as base_url:
             client = VLLMClient(base_url=base_url, connection_timeout=60)
             rows = round_rows(args.prompts, args.prompt_tokens, seed=0)
             print(

@@ -295,7 +295,7 @@ def main(argv: list[str] | None = None) -> None:
             "every option.",
             flush=True,
         )
-    run_demo(training_args, demo_args, load_reward_funcs(script_args.reward_funcs))
+    run_demo(training_args, demo_args, load_reward_funcs(script_args.reward_funcs), get_peft_config(model_args))
     leave_multiprocess_cpu_run()
 
 

@@ -23,13 +23,24 @@ SIZES = [1, 9, 5, 1]
 EOS = 256
 
 
+PROMPT_NAMES: dict[tuple[int, ...], int] = {}
+
+
+def name_of(prompt_ids: list[int]) -> int:
+    """A number of the prompt's own, from all its tokens (the test prompts, "Question i:", differ only inside):
+    distinct prompts get distinct numbers, in order of first appearance."""
+    name = PROMPT_NAMES.setdefault(tuple(prompt_ids), len(PROMPT_NAMES))
+    assert name < 26, "more distinct prompts than letters to name them"
+    return name
+
+
 def completion_of(prompt_ids: list[int], child: int) -> list[int]:
-    """A completion that names its prompt (last prompt token) and which of the prompt's children it is, then EOS."""
-    return [97 + prompt_ids[-1] % 26, 97 + child % 26, EOS]
+    """A completion that names its prompt and which of the prompt's children it is, then EOS."""
+    return [97 + name_of(prompt_ids), 97 + child % 26, EOS]
 
 
 def logprob_of(prompt_ids: list[int], child: int) -> float:
-    return -0.01 * (prompt_ids[-1] % 26) - 0.001 * child
+    return -0.01 * name_of(prompt_ids) - 0.001 * child
 
 
 class FakeLLM:
@@ -171,7 +182,7 @@ def test_server_requests_keep_n_sampling_and_map_completions_back_to_their_rows(
         strict=True,
     ):
         prompt = prompt[mask.bool()].tolist()
-        assert completion[0] == 97 + prompt[-1] % 26  # the completion of this row's own prompt
+        assert completion[0] == 97 + name_of(prompt)  # the completion of this row's own prompt, not another's
         child = int(completion[1]) - 97
         assert logps[0].item() == pytest.approx(logprob_of(prompt, child))  # with its own logprobs
     children = Counter(
@@ -180,6 +191,9 @@ def test_server_requests_keep_n_sampling_and_map_completions_back_to_their_rows(
     )
     # each of a prompt's n completions of a phase lands on exactly one of its rows
     assert set(children.values()) == ({1, 2} if two_phase else {1})
+    # a request lists several prompts (one-pass: the two with 1 row; two-phase: the screening of all four), whose
+    # completions a wrong mapping would give to one another
+    assert any(len(set(prompts)) > 1 for prompts, _ in client.calls)
 
 
 def test_sleep_mode_syncs_the_weights_once_per_two_phase_round(tmp_path, stand_in):

@@ -112,10 +112,13 @@ def card_results(summary: dict, temperature: float) -> dict[str, str]:
     }
 
 
-def run_demo(training_args: CoBAConfig, demo_args: DemoArguments, reward_funcs: list | None = None) -> dict:
+def run_demo(
+    training_args: CoBAConfig, demo_args: DemoArguments, reward_funcs: list | None = None, peft_config=None
+) -> dict:
     """Run the demo; returns the summary it also writes to ``<output_dir>/demo_summary.json``.
 
     `reward_funcs` defaults to `[dapo_accuracy_reward]`; the first one defines success for the pass rates.
+    `peft_config` (`--use_peft` and TRL's `lora_*` flags) trains an adapter on the warm-started model in RL.
     """
     start = time.perf_counter()
     say = print if training_args.process_index == 0 else _silent
@@ -161,6 +164,7 @@ def run_demo(training_args: CoBAConfig, demo_args: DemoArguments, reward_funcs: 
         args=training_args,
         train_dataset=to_prompt_dataset(train_problems),
         processing_class=tokenizer,
+        peft_config=peft_config,
         callbacks=[
             HeldoutAccuracyCallback(model, tokenizer, heldout, demo_args.demo_eval_steps, max_new_tokens),
             BeforeRLRecord(before),

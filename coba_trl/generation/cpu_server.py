@@ -5,53 +5,63 @@
 development endpoints (`VLLM_SERVER_DEV_MODE=1`: `/collective_rpc`, `/server_info`) and the `CPUWeightSync` worker
 extension carry the weights; `--logprobs-mode processed_logprobs` gives the logprobs TRL's importance sampling
 correction expects, and `--dtype float32` the dtype a CPU trainer computes them in (vLLM would run a float32
-checkpoint in bfloat16). The tests and `benchmarks/vllm_server_requests.py` start it with `running_server`.
+checkpoint in bfloat16). `--kv-cache-memory-bytes` sizes the KV cache outright: without it the CPU build reserves
+`--gpu-memory-utilization` (0.92) of the memory node's memory, and refuses to start wherever less than that is free.
+The README prints `server_command` for the demo's model (a test checks that they agree); the tests start the README's
+own command, `benchmarks/vllm_server_requests.py` this one, both with `running_server`.
 """
 
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 import subprocess
-import sys
 import time
 import urllib.request
 from contextlib import contextmanager
 
 from coba_trl.generation.cpu_weights import EXTENSION
 
-SERVER_ENV = {"VLLM_SERVER_DEV_MODE": "1"}
+KV_CACHE = "1G"  # the demo's model needs far less; a larger model serving long completions, more
 
 
-def server_command(model_dir: str, port: int = 8000, host: str = "127.0.0.1", python: str = "python") -> list[str]:
-    """The README's server command for `model_dir` (its environment: `SERVER_ENV`)."""
-    return [
-        python,
-        "-m",
-        "vllm.entrypoints.openai.api_server",
-        "--model",
-        model_dir,
-        "--host",
-        host,
-        "--port",
-        str(port),
-        "--worker-extension-cls",
-        EXTENSION,
-        "--logprobs-mode",
-        "processed_logprobs",
-        "--dtype",
-        "float32",
-    ]
+def server_command(model_dir: str, port: int = 8000, host: str = "127.0.0.1", python: str = "python") -> str:
+    """The server's shell command for `model_dir`, its development mode set on the command line."""
+    return "VLLM_SERVER_DEV_MODE=1 " + shlex.join(
+        [
+            python,
+            "-m",
+            "vllm.entrypoints.openai.api_server",
+            "--model",
+            model_dir,
+            "--host",
+            host,
+            "--port",
+            str(port),
+            "--worker-extension-cls",
+            EXTENSION,
+            "--logprobs-mode",
+            "processed_logprobs",
+            "--dtype",
+            "float32",
+            "--kv-cache-memory-bytes",
+            KV_CACHE,
+        ]
+    )
 
 
 @contextmanager
-def running_server(model_dir: str, port: int, log_path: str, timeout: float = 300.0, env: dict | None = None):
-    """Start the server, wait until `/health` answers, yield its base URL, and stop it (its whole process group)."""
-    command = server_command(model_dir, port, python=sys.executable)
+def running_server(
+    command: str, port: int, log_path: str, cwd: str | None = None, env: dict | None = None, timeout: float = 300.0
+):
+    """Run the shell command `command` (a server on 127.0.0.1:`port`) in `cwd` with the environment `env` (default:
+    this process's), wait until `/health` answers, yield its base URL, and stop it (its whole process group)."""
     with open(log_path, "w") as log:
         process = subprocess.Popen(
-            command,
-            env={**os.environ, **SERVER_ENV, **(env or {})},
+            ["bash", "-c", command],
+            cwd=cwd,
+            env=env,
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
@@ -63,7 +73,7 @@ def running_server(model_dir: str, port: int, log_path: str, timeout: float = 30
             if process.poll() is not None or time.monotonic() > deadline:
                 with open(log_path) as log:
                     tail = log.read()[-3000:]
-                raise RuntimeError(f"The vLLM server did not come up ({' '.join(command)}):\n{tail}")
+                raise RuntimeError(f"The vLLM server did not come up ({command}):\n{tail}")
             time.sleep(1.0)
         yield base_url
     finally:

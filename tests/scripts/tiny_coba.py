@@ -45,6 +45,11 @@ def parity_reward(completions, **kwargs):
     return [float(len(c) % 2 == 0) for c in completions]
 
 
+def text_parity_reward(completions, **kwargs):
+    """`parity_reward` of each completion's text, plain or conversational (the demo's)."""
+    return parity_reward([c[-1]["content"] if isinstance(c, list) else c for c in completions])
+
+
 def step_reward(completions, uid, trainer_state, **kwargs):
     """A reward that depends only on the prompt and the step, so runs agree whatever the completions."""
     return [float((int(u[1:]) + trainer_state.global_step) % 3 == 0) for u in uid]

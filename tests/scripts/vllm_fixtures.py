@@ -7,10 +7,15 @@ weights before its first generation, so what an earlier test left in the engine 
 `tied` and `untied` folders run in float32 (as coba-trl builds them for a float32 trainer), where vLLM's CPU build
 packs every linear layer's weight into its GEMM kernel on any x86 CPU, the case coba-trl's weight sync exists for;
 `tied_bf16` runs in bfloat16, vLLM's own default for a float32 checkpoint, whose kernels depend on the processor.
+
+The server is the README's: its commands are read from README.md and run by a shell in a temporary folder, with
+`python` this interpreter and no `VLLM_*` variable set (a KV cache size among them), as a user's shell would run them.
+One thing differs: the port, a free one instead of 8000, which another server or another test run may hold.
 """
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
@@ -74,14 +79,38 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def readme_server_commands() -> tuple[str, str, str]:
+    """The README's CPU server commands, continuation lines joined: write the model, start the server, train."""
+    from tests.test_readme import shell_commands
+
+    commands = shell_commands()
+    write = [c for c in commands if c.startswith("python -m coba_trl.demo.model")]
+    serve = [c for c in commands if "vllm.entrypoints.openai.api_server" in c]
+    train = [c for c in commands if c.endswith("--use_vllm --vllm_mode server")]
+    assert len(write) == len(serve) == len(train) == 1, (write, serve, train)
+    return write[0], serve[0], train[0]
+
+
+def shell_environment() -> dict[str, str]:
+    """This process's environment less what a user's shell would not have: `python` is this interpreter, no VLLM_*
+    variable is set, no torch rendezvous (a colocated engine of an earlier test sets one up in this process)."""
+    unset = ("MASTER_ADDR", "MASTER_PORT", "RANK", "LOCAL_RANK", "WORLD_SIZE")
+    env = {name: value for name, value in os.environ.items() if not name.startswith("VLLM_") and name not in unset}
+    env["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), env.get("PATH", "")])
+    return env
+
+
 @pytest.fixture(scope="session")
 def vllm_server(tmp_path_factory):
-    """A server on the demo's model, written and served with the README's commands; yields (base URL, model folder)."""
+    """The README's server on the demo's model, started by the README's commands (module docstring); yields (base URL,
+    model folder)."""
     from coba_trl.generation.cpu_server import running_server
 
-    root = tmp_path_factory.mktemp("vllm_server")
-    model_dir = str(root / "demo-model")
-    subprocess.run([sys.executable, "-m", "coba_trl.demo.model", model_dir], check=True, capture_output=True)
-    env = {"VLLM_CPU_KVCACHE_SPACE": KV_CACHE_GIB, "HF_HUB_OFFLINE": "1"}
-    with running_server(model_dir, free_port(), str(root / "server.log"), env=env) as base_url:
-        yield base_url, model_dir
+    write, serve, _ = readme_server_commands()
+    port = free_port()
+    assert serve.count(" --port 8000 ") == 1, serve
+    serve = serve.replace(" --port 8000 ", f" --port {port} ")
+    cwd, env = tmp_path_factory.mktemp("vllm_server"), shell_environment()
+    subprocess.run(["bash", "-c", write], cwd=cwd, env=env, check=True, capture_output=True)
+    with running_server(serve, port, str(cwd / "server.log"), cwd=str(cwd), env=env) as base_url:
+        yield base_url, str(cwd / "outputs" / "demo-model")
