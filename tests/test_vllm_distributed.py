@@ -24,6 +24,7 @@ pytestmark = [pytest.mark.vllm, pytest.mark.distributed, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = Path(__file__).parent / "scripts" / "vllm_multi.py"
+SHARED_MEMORY = Path("/dev/shm")
 RENDEZVOUS = ("MASTER_ADDR", "MASTER_PORT", "RANK", "LOCAL_RANK", "WORLD_SIZE")
 # `--multi_gpu` is accelerate's launcher for several local processes (torchrun underneath); on a machine without GPUs
 # the processes run on the CPU over gloo. Without it, `--num_processes 2` (with or without `--cpu`) starts one process.
@@ -81,9 +82,13 @@ def assert_two_processes_followed_the_plan(run_dir: Path) -> None:
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("tensor_parallel", [1, 2], ids=["tp1", "tp2"])
 def test_colocated_vllm_on_two_processes(tmp_path, vllm_models, tensor_parallel):
+    segments = set(SHARED_MEMORY.glob("*cpushm*"))
     torchrun(tmp_path, vllm_models["tied"], "colocate", str(tensor_parallel))
     for name in ("one-phase", "two-phase"):
         assert_two_processes_followed_the_plan(tmp_path / name)
+    # The processes leave through os._exit: the tensor-parallel group's shared memory must not outlive them, or the
+    # next launch on this machine stops at engine start (coba_trl.generation.cpu_shm).
+    assert set(SHARED_MEMORY.glob("*cpushm*")) == segments
 
 
 @pytest.mark.timeout(900)
