@@ -5,6 +5,8 @@
 - `cpu_weights`: the CPU weight sync itself, and `CPUWeightSync`, the worker extension a CPU vLLM server is started
   with (`--worker-extension-cls coba_trl.generation.CPUWeightSync`).
 - `requests`: which rows are asked for in which server request, and how the completions map back.
+- `cpu_shm`: the shared-memory names of a tensor-parallel colocated engine on the CPU build, removed once built, so
+  that a run leaves none behind.
 
 Only `requests` imports without TRL; the rest needs vLLM only when it runs.
 """

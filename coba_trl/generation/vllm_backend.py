@@ -30,6 +30,7 @@ import trl.trainer.grpo_trainer as trl_grpo_trainer
 from accelerate.utils import broadcast_object_list, gather_object
 from trl.generation.vllm_generation import VLLMGeneration
 
+from coba_trl.generation.cpu_shm import release_segment_names
 from coba_trl.generation.cpu_weights import CPUWeightSyncClient, load_weights
 from coba_trl.generation.requests import generate_grouped
 from coba_trl.generation.row_shares import padding, row_slice, share_of
@@ -66,7 +67,10 @@ class CoBAVLLMGeneration(VLLMGeneration):
             # computes in float32, the engine computes in the trainer's dtype so that their logprobs agree.
             engine = functools.partial(trl_vllm_generation.LLM, dtype=self._trainer_dtype())
             with patch.object(trl_vllm_generation, "LLM", engine):
-                return super()._init_vllm()
+                super()._init_vllm()  # ends with every process waiting for the others: all hold the segments
+            if self.tensor_parallel_size > 1:
+                release_segment_names()
+            return None
         return super()._init_vllm()
 
     def _trainer_dtype(self) -> str:

@@ -53,11 +53,18 @@ class RoundWatch:
 
 
 def coba_trainer(
-    model_dir: str, output_dir: str, watch: RoundWatch, reward=None, peft_config=None, **overrides
+    model_dir: str,
+    output_dir: str,
+    watch: RoundWatch,
+    reward=None,
+    peft_config=None,
+    train_dataset=None,
+    **overrides,
 ) -> CoBAGRPOTrainer:
     """A CoBA trainer on `model_dir` with vLLM generation: 4 prompts of 8 per round, 16 completions, uneven groups.
 
-    `reward` replaces the parity reward `watch` counts with (then only the planned sizes are recorded)."""
+    `reward` replaces the parity reward `watch` counts with (then only the planned sizes are recorded);
+    `train_dataset` replaces the 8 prompts of `prompt_dataset(8)`."""
     config = dict(
         per_device_train_batch_size=16,
         num_generations=4,
@@ -76,7 +83,7 @@ def coba_trainer(
         model_dir,
         reward or watch.reward,
         args=args,
-        train_dataset=prompt_dataset(8),
+        train_dataset=prompt_dataset(8) if train_dataset is None else train_dataset,
         processing_class=tokenizer,
         peft_config=peft_config,
     )
