@@ -1,6 +1,8 @@
 """The setups of docs/setups.md on a real vLLM (vLLM's CPU build): a `rollout_func` written for GRPOTrainer that
 samples with the trainer's colocated engine, and tool calls on two processes with a vLLM server."""
 
+import os
+import sys
 from collections import Counter
 
 import pytest
@@ -73,7 +75,7 @@ def test_a_grpo_rollout_func_samples_with_the_colocated_engine(tmp_path, vllm_mo
 @pytest.fixture(scope="module")
 def tool_server(tmp_path_factory):
     """A server on a tiny model with room for tool schemas in its prompts (2,048 positions); (base URL, folder)."""
-    from coba_trl.generation.cpu_server import running_server
+    from coba_trl.generation.cpu_server import running_server, server_command
     from coba_trl.tiny import build_byte_tokenizer, build_tiny_qwen2
 
     root = tmp_path_factory.mktemp("tool_server")
@@ -81,8 +83,10 @@ def tool_server(tmp_path_factory):
     tokenizer = build_byte_tokenizer()
     build_tiny_qwen2(tokenizer, max_position_embeddings=2048, **MODEL_SHAPE).save_pretrained(folder)
     tokenizer.save_pretrained(folder)
-    env = {"VLLM_CPU_KVCACHE_SPACE": KV_CACHE_GIB, "HF_HUB_OFFLINE": "1"}
-    with running_server(folder, free_port(), str(root / "server.log"), env=env) as base_url:
+    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": KV_CACHE_GIB, "HF_HUB_OFFLINE": "1"}
+    port = free_port()
+    command = server_command(folder, port, python=sys.executable)
+    with running_server(command, port, str(root / "server.log"), env=env) as base_url:
         yield base_url, folder
 
 
