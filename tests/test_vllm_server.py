@@ -13,7 +13,6 @@ from collections import Counter
 import pytest
 import torch
 from peft import LoraConfig
-from requests import Session
 from scripts.vllm_runs import RoundWatch, assert_vllm_followed_the_trainer, coba_trainer
 from trl.generation.vllm_client import VLLMClient
 
@@ -83,6 +82,8 @@ def test_server_samples_from_the_merged_lora_weights(tmp_path, vllm_server, monk
 def test_the_server_refuses_weight_files_from_elsewhere(vllm_server):
     # Its development endpoint has no authentication: a path outside the trainer's private folder is refused, and
     # the server keeps serving.
+    from requests import Session  # installed with vLLM
+
     base_url, model_dir = vllm_server
     session = Session()
     session.trust_env = False  # the server is local: no proxy
