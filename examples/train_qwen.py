@@ -55,7 +55,7 @@ from coba_trl import CoBAConfig, CoBAGRPOTrainer  # noqa: E402
 from coba_trl.config import coba_field_names  # noqa: E402
 from coba_trl.data import DAPO_HUB_ID, load_dapo_math  # noqa: E402
 from coba_trl.data.sources import LOCAL_MODEL, require_hub  # noqa: E402
-from coba_trl.demo.config import DEMO_TRAINING_ARGS, DemoArguments  # noqa: E402
+from coba_trl.demo.config import DEMO_MODEL_ARGS, DEMO_TRAINING_ARGS, DemoArguments  # noqa: E402
 from coba_trl.demo.flags import check_max_steps, check_output_dir, flagged_output_dir  # noqa: E402
 from coba_trl.demo.run import run_demo  # noqa: E402
 from coba_trl.demo.task import make_problems, to_prompt_dataset  # noqa: E402
@@ -244,7 +244,7 @@ def parse(argv: list[str]) -> tuple[ScriptArguments, CoBAConfig, ModelConfig, De
     if requested_model(argv) is not None:
         return parser.parse_args_and_config(args=argv)
     given = given_fields(argv)
-    demo_defaults = dict(DEMO_TRAINING_ARGS)
+    demo_defaults = {**DEMO_TRAINING_ARGS, **DEMO_MODEL_ARGS}
     if "save_steps" in given and "save_strategy" not in given:
         demo_defaults["save_strategy"] = "steps"
     parser.set_defaults_with_config(**demo_defaults)
@@ -256,7 +256,7 @@ def parse(argv: list[str]) -> tuple[ScriptArguments, CoBAConfig, ModelConfig, De
         output_dir = os.path.dirname(os.path.normpath(checkpoint))
     else:
         defaults = make_parser()
-        defaults.set_defaults_with_config(**DEMO_TRAINING_ARGS)
+        defaults.set_defaults_with_config(**DEMO_TRAINING_ARGS, **DEMO_MODEL_ARGS)
         output_dir = flagged_output_dir(changed_fields(parsed, defaults.parse_args_and_config(args=[]), given))
     if output_dir == parsed[1].output_dir:
         return parsed

@@ -85,6 +85,9 @@ def test_flags_without_a_model_adjust_the_cpu_demo():
     )
     assert (args.num_generations, args.max_generations, args.learning_rate) == (8, 32, 3e-4)
     assert args.ddp_find_unused_parameters is False
+    # --use_peft: no LoRA dropout in the demo (the importance-sampling ratio stays readable); the flag still sets it
+    assert model_args.lora_dropout == 0.0
+    assert load_script().parse(["--use_peft", "--lora_dropout", "0.1"])[2].lora_dropout == 0.1
 
 
 def test_a_flagged_demo_writes_to_its_own_folder_and_save_steps_alone_saves():
@@ -128,6 +131,7 @@ def test_a_model_name_gives_trl_defaults():
     _, args, model_args, _ = load_script().parse(["--model_name_or_path", "Qwen/Qwen2.5-0.5B", "--use_cpu", "true"])
     assert model_args.model_name_or_path == "Qwen/Qwen2.5-0.5B"
     assert args.output_dir == "trainer_output" and args.learning_rate == 1e-6 and args.max_steps == -1
+    assert model_args.lora_dropout == 0.05  # TRL's default
 
 
 def test_help_opens_with_the_description_the_demo_default_and_examples(capsys):

@@ -87,6 +87,8 @@ def what_it_needs(command: str) -> str | None:
         return "the Hugging Face Hub"
     if "outputs/qwen2.5" in command:
         return "the output of a GPU run"
+    if "outputs/pass_rates" in command:
+        return "pass rates scored by a Hub model"
     return None
 
 

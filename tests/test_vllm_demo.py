@@ -58,7 +58,7 @@ def test_the_demo_runs_against_the_readme_server_with_lora(tmp_path, vllm_server
     base_url, _ = vllm_server
     python, script, *flags = shlex.split(readme_server_commands()[2])
     assert (python, script) == ("python", "examples/train_qwen.py")
-    lora = "--use_peft --lora_target_modules q_proj v_proj --lora_dropout 0 --learning_rate 5e-2".split()
+    lora = "--use_peft --lora_target_modules q_proj v_proj --learning_rate 5e-2".split()  # the demo: no dropout
     reward = ["--reward_funcs", "tests.scripts.tiny_coba.text_parity_reward"]
     summary = run_demo(tmp_path / "server", *flags, "--vllm_server_base_url", base_url, *lora, *reward)
     assert summary["steps"] == 4

@@ -40,6 +40,11 @@ DEMO_TRAINING_ARGS: dict = {
     "seed": 0,
 }
 
+# TRL's `ModelConfig` values the demo changes: with `--use_peft`, no LoRA dropout by default. Dropout makes the trainer's
+# log-probs of a completion differ from those it was sampled with (vLLM, or generation in eval mode), so TRL's
+# importance-sampling ratio would wander far from 1 on this tiny model; `--lora_dropout` sets it.
+DEMO_MODEL_ARGS: dict = {"lora_dropout": 0.0}
+
 
 @dataclass
 class DemoArguments:
