@@ -2,16 +2,13 @@
 agree on everything, a resume inside a round continues the uninterrupted run exactly, and uniform allocation plans
 GRPO's rounds."""
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import transformers
 from packaging.version import Version
+from scripts.two_processes import launch, run_ranks
 
 from coba_trl.grouping import deal_groups, expected_length_weight
 from coba_trl.round_log import read_rounds
@@ -20,13 +17,7 @@ SCRIPT = Path(__file__).parent / "scripts" / "tiny_coba.py"
 
 
 def _launch(out_dir: Path, *script_args: str) -> list[dict]:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
-    result = subprocess.run(
-        [*command, str(SCRIPT), str(out_dir), *script_args], env=env, capture_output=True, text=True, timeout=540
-    )
-    assert result.returncode == 0, result.stderr[-4000:]
-    return [json.loads((out_dir / f"rank{rank}.json").read_text()) for rank in range(2)]
+    return run_ranks(SCRIPT, out_dir, *script_args)
 
 
 @pytest.mark.slow
@@ -103,11 +94,7 @@ def test_two_phase_rounds_agree_over_two_processes(tmp_path):
 def test_a_failure_on_process_0_stops_every_process_with_its_error(tmp_path):
     # The allocator runs on process 0 only; when it raises, the other process must not wait in the next collective
     # until a launcher or NCCL timeout: both raise the same error, and the launch ends.
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
-    result = subprocess.run(
-        [*command, str(SCRIPT), str(tmp_path), "fail"], env=env, capture_output=True, text=True, timeout=120
-    )
+    result = launch(SCRIPT, tmp_path, "fail", timeout=120)
     assert result.returncode != 0
     errors = [(tmp_path / f"rank{rank}.error").read_text() for rank in range(2)]
     assert errors[0] == errors[1] == "ValueError: the allocator failed in round 2"

@@ -1,15 +1,12 @@
 """A streaming `IterableDataset`: rounds of distinct prompts from the stream, pass rates carried from one pass over the
 data to the next, exact resume through a pass boundary, and the same rounds on two processes."""
 
-import json
-import os
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
 import pytest
 from scripts.streaming_coba import prompt_stream, stream_trainer
+from scripts.two_processes import run_ranks
 
 from coba_trl.round_log import read_rounds
 
@@ -72,13 +69,7 @@ def test_a_resumed_stream_continues_where_the_checkpoint_left_it(tmp_path, check
 
 
 def _launch(out_dir: Path, *script_args: str) -> list[dict]:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
-    result = subprocess.run(
-        [*command, str(SCRIPT), str(out_dir), *script_args], env=env, capture_output=True, text=True, timeout=540
-    )
-    assert result.returncode == 0, result.stderr[-4000:]
-    return [json.loads((out_dir / f"rank{rank}.json").read_text()) for rank in range(2)]
+    return run_ranks(SCRIPT, out_dir, *script_args, timeout=540)
 
 
 @pytest.mark.slow

@@ -224,19 +224,9 @@ def build(out_dir: str, mode: str, num_processes: int = 1, scripted: bool = True
 
 def launch_two_processes(out_dir: Path, mode: str, env: dict | None = None) -> list[dict]:
     """Run this script on two processes (torchrun, gloo) and return what each rank wrote."""
-    import subprocess
+    from scripts.two_processes import run_ranks
 
-    env = {
-        **os.environ,
-        "OMP_NUM_THREADS": "1",
-        "HF_HUB_OFFLINE": "1",
-        "TOKENIZERS_PARALLELISM": "false",
-        **(env or {}),
-    }
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", __file__]
-    result = subprocess.run([*command, str(out_dir), mode], env=env, capture_output=True, text=True, timeout=500)
-    assert result.returncode == 0, result.stderr[-4000:]
-    return [json.loads((out_dir / f"rank{rank}.json").read_text()) for rank in range(2)]
+    return run_ranks(Path(__file__), out_dir, mode, env=env, timeout=500)
 
 
 def assert_two_processes_gave_every_row_its_rollout(ranks: list[dict], logged: list[dict], mode: str) -> None:
