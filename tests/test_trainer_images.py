@@ -1,5 +1,10 @@
 """A prompt dataset with an image column trains with variable groups through transformers generation (a tiny LLaVA
-built locally): each row's image reaches its completions' reward and the vision tower, in the planned group sizes."""
+built locally): each row's image reaches its completions' reward and the vision tower, in the planned group sizes.
+
+vLLM colocate with images has no test: vLLM 0.30's CPU build runs no vision model here. Its LLaVA, Qwen2-VL,
+Qwen2.5-VL, Qwen3-VL, Gemma 3 and LLaVA-NeXT implementations import torchvision, which the vLLM CPU install removes,
+and a tiny Idefics3 (whose implementation imports without it) loaded but failed in vLLM's vision encoder on the first
+request with an image (docs/setups.md, "Images")."""
 
 from collections import Counter
 
