@@ -188,11 +188,9 @@ def measure(args: argparse.Namespace) -> None:
             f"min {min(stds):.1f}, max {max(stds):.1f} (GRPO: 0)"
         )
     if args.num_processes > 1:
-        # As the demo leaves a multi-process CPU run (examples/train_qwen.py): no interpreter finalization, which a
-        # gloo worker thread still releasing a collective can abort.
-        torch.distributed.destroy_process_group()
-        sys.stdout.flush()
-        os._exit(0)
+        from coba_trl.distributed import leave_multiprocess_cpu_run
+
+        leave_multiprocess_cpu_run()  # a gloo teardown bug: docs/training.md, "Teardown"
     compare_generation(engines[model_dir], model_dir, tokenizer, dataset, args.pairs)
 
 

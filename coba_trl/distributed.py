@@ -8,7 +8,9 @@ process's outcome in one collective, so all of them raise the same error within 
 
 from __future__ import annotations
 
+import os
 import pickle
+import sys
 import traceback
 from collections.abc import Callable
 from typing import Any
@@ -51,3 +53,17 @@ def _portable(error: Exception, rank: int) -> Exception:
         copy = RuntimeError(f"{type(error).__name__} on process {rank}: {error}")
     copy.add_note(note)
     return copy
+
+
+def leave_multiprocess_cpu_run() -> None:
+    """On a multi-process CPU (gloo) run, destroy the process group and exit without interpreter finalization, which a
+    gloo worker thread still releasing a collective can abort after the results are written (a PyTorch bug; see
+    docs/training.md, "Teardown"). Single-process runs return normally."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized() and dist.get_backend() == "gloo"):
+        return
+    dist.destroy_process_group()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)

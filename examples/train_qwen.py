@@ -59,6 +59,7 @@ from coba_trl.demo.config import DEMO_MODEL_ARGS, DEMO_TRAINING_ARGS, DemoArgume
 from coba_trl.demo.flags import check_max_steps, check_output_dir, flagged_output_dir  # noqa: E402
 from coba_trl.demo.run import run_demo  # noqa: E402
 from coba_trl.demo.task import make_problems, to_prompt_dataset  # noqa: E402
+from coba_trl.distributed import leave_multiprocess_cpu_run  # noqa: E402
 from coba_trl.generation.vllm_backend import check_vllm_installed  # noqa: E402
 from coba_trl.rewards import boxed_accuracy_reward, dapo_accuracy_reward  # noqa: E402
 from coba_trl.validation import check_hub_access  # noqa: E402
@@ -297,20 +298,6 @@ def main(argv: list[str] | None = None) -> None:
         )
     run_demo(training_args, demo_args, load_reward_funcs(script_args.reward_funcs), get_peft_config(model_args))
     leave_multiprocess_cpu_run()
-
-
-def leave_multiprocess_cpu_run() -> None:
-    """On a multi-process CPU (gloo) demo, destroy the process group and exit without interpreter finalization, which a
-    gloo worker thread still releasing a collective can abort after the results are written (a PyTorch bug; see
-    docs/training.md, "Teardown"). Single-process runs return normally."""
-    import torch.distributed as dist
-
-    if not (dist.is_available() and dist.is_initialized() and dist.get_backend() == "gloo"):
-        return
-    dist.destroy_process_group()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
 
 
 if __name__ == "__main__":

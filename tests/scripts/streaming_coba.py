@@ -81,10 +81,9 @@ def main(out_dir: str, resume_from: str | None = None) -> None:
     }
     with open(os.path.join(out_dir, f"rank{trainer.accelerator.process_index}.json"), "w") as f:
         json.dump(seen, f)
-    trainer.accelerator.end_training()  # then leave without finalization, as tiny_coba.py does (a gloo teardown bug)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    from coba_trl.distributed import leave_multiprocess_cpu_run
+
+    leave_multiprocess_cpu_run()  # a gloo teardown bug: docs/training.md, "Teardown"
 
 
 if __name__ == "__main__":

@@ -105,13 +105,10 @@ def main(out_dir: str, model_dir: str, mode: str, target: str) -> None:
     else:
         vllm_args = dict(vllm_mode="server", vllm_server_base_url=target)
     for name, two_phase in (("one-phase", False), ("two-phase", True)):
-        trainer = train(Path(out_dir) / name, model_dir, two_phase, **vllm_args)
-    # As tests/scripts/tiny_coba.py: destroy the process group, then leave without interpreter finalization, which a
-    # gloo worker thread still releasing a collective's tensors can abort (a PyTorch bug; docs/training.md).
-    trainer.accelerator.end_training()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+        train(Path(out_dir) / name, model_dir, two_phase, **vllm_args)
+    from coba_trl.distributed import leave_multiprocess_cpu_run
+
+    leave_multiprocess_cpu_run()  # a gloo teardown bug: docs/training.md, "Teardown"
 
 
 if __name__ == "__main__":
