@@ -24,7 +24,8 @@ import torch  # noqa: E402
 from datasets import Dataset  # noqa: E402
 
 from coba_trl import CoBAConfig, CoBAGRPOTrainer  # noqa: E402
-from coba_trl.round import Phase, RoundPlan, Scoring, score_round  # noqa: E402
+from coba_trl.rounds.plan import RoundPlan  # noqa: E402
+from coba_trl.rounds.scoring import Phase, Scoring, score_round  # noqa: E402
 from coba_trl.tiny import build_byte_tokenizer, build_tiny_qwen2  # noqa: E402
 
 SIZES = np.array([64, 2])

@@ -26,8 +26,9 @@ import torch  # noqa: E402
 from machine import machine_line  # noqa: E402
 
 from coba_trl.allocation import PassRateHistory, build_allocator  # noqa: E402
-from coba_trl.grouping import deal_groups, expected_length_weight
-from coba_trl.round import Phase, Scoring, observe_round, plan_round, score_round, screen_round
+from coba_trl.rounds.grouping import deal_groups, expected_length_weight
+from coba_trl.rounds.plan import plan_round
+from coba_trl.rounds.scoring import Phase, Scoring, observe_round, score_round, screen_round
 
 PROMPTS, BUDGET, HISTORY, PROCESSES, SCREEN = 512, 8192, 17_398, 8, 2
 SETTINGS = Scoring(torch.ones(1), "group", "sum_then_normalize", "row", "keep", 0, 1.0, 0)

@@ -25,7 +25,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import numpy as np  # noqa: E402
 
 from coba_trl.allocation import build_allocator  # noqa: E402
-from coba_trl.grouping import deal_groups, distinct_groups, expected_length_weight, imbalance  # noqa: E402
+from coba_trl.rounds.grouping import deal_groups, distinct_groups, expected_length_weight, imbalance  # noqa: E402
 
 
 def _reward(completions, **kwargs):

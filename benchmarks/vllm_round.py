@@ -106,7 +106,7 @@ def measure(args: argparse.Namespace) -> None:
     from coba_trl.demo.task import demo_problem_sets, to_prompt_dataset
     from coba_trl.generation.vllm_backend import built_by_trl
     from coba_trl.rewards import dapo_accuracy_reward
-    from coba_trl.round_log import read_rounds
+    from coba_trl.rounds.log import read_rounds
 
     torch.set_num_threads(1)  # as the demo runs
     rank = int(os.environ.get("RANK", "0"))

@@ -91,7 +91,7 @@ class CoBAConfig(_GRPOConfig):
         log_allocations (`bool`, *optional*, defaults to `True`):
             Write one JSON line per generation round to `<output_dir>/coba_rounds.jsonl` (process 0): the prompts, the
             pass rates and allocator state the allocation used, phase-1 results, the group sizes and the successes
-            (`coba_trl.round_log`). A resumed run continues the file of the run it resumes.
+            (`coba_trl.rounds.log`). A resumed run continues the file of the run it resumes.
 
         > Parameters that control the capability estimate of CoBA-RL
 
@@ -123,12 +123,14 @@ class CoBAConfig(_GRPOConfig):
             prompt's offline prior pass rate (`prior_pass_rate_column`) where it has one, else the mean pass rate
             over prompts of the latest round (1 - F_t). `0` is the released empirical rate S_i / N_i. Feeds every
             allocator. A project extension, not in the released code.
-        success_reward_func (`str` or `None`, *optional*, defaults to `None`):
-            Name of the reward function (as logged under `rewards/<name>/mean`) whose value defines a success. `None`
-            uses the first reward function.
+        success_reward_func (`str`, `list[str]` or `None`, *optional*, defaults to `None`):
+            Name of the reward function (as logged under `rewards/<name>/mean`) whose value defines a success, or
+            several names: a completion's success reward is then the first of them that scored it (with several
+            environments, each environment's `get_reward`, which leaves the other environments' rows unscored).
+            `None` uses the first reward function.
         success_threshold (`float`, *optional*, defaults to `1.0`):
-            A completion is a success when that reward is >= this value (a NaN reward is a failure), so continuous
-            rewards work too.
+            A completion is a success when that reward is >= this value, so continuous rewards work too. A completion
+            without a success reward (NaN) is neither a success nor a failure.
         prompt_id_column (`str` or `None`, *optional*, defaults to `None`):
             Dataset column holding a stable prompt id (str or int). `None` uses the dataset row index.
         prior_pass_rate_column (`str` or `None`, *optional*, defaults to `None`):
@@ -227,13 +229,16 @@ class CoBAConfig(_GRPOConfig):
             "with m the prompt's offline prior pass rate, else the latest round's mean; 0 = released empirical rate."
         },
     )
-    success_reward_func: str | None = field(
+    success_reward_func: list[str] | None = field(
         default=None,
-        metadata={"help": "Name of the reward function whose value defines a success; None = the first one."},
+        metadata={
+            "help": "Name(s) of the reward function(s) whose value defines a success (the first that scored a "
+            "completion); None = the first reward function."
+        },
     )
     success_threshold: float = field(
         default=1.0,
-        metadata={"help": "A completion is a success when the success reward is >= this value (NaN = failure)."},
+        metadata={"help": "A completion is a success when the success reward is >= this value (NaN: not counted)."},
     )
     prompt_id_column: str | None = field(
         default=None,
@@ -300,6 +305,11 @@ class CoBAConfig(_GRPOConfig):
     def _check_training_values(self) -> None:
         """TRL and transformers values they accept at construction that would fail (or train nothing) only once
         training has started: torch's optimizer at the first step, generation at the first round."""
+        if self.top_k < 0:
+            raise ValueError(
+                f"top_k ({self.top_k}) must be >= 0: 0 disables top-k filtering (TRL's default), and transformers' "
+                "generation refuses a negative top_k at the first round. Set --top_k 0 to consider every token."
+            )
         if not (math.isfinite(self.learning_rate) and self.learning_rate > 0):
             raise ValueError(
                 f"learning_rate ({self.learning_rate}) must be a positive, finite number: torch's optimizers refuse a "

@@ -29,7 +29,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
-from coba_trl.telemetry import PASS_RATE_BINS  # noqa: E402
+from coba_trl.rounds.metrics import PASS_RATE_BINS  # noqa: E402
 
 BUDGET_BIN_PREFIX = "budget/mean_by_pass_rate/"
 STATE_FILE = "trainer_state.json"

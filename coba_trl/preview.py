@@ -190,8 +190,8 @@ def write_preview(preview: Preview, output_dir: str, extra_settings: dict | None
 
 
 def round_order(num_prompts: int, prompts_per_round: int, seed: int, shuffle: bool = True) -> list[int]:
-    """The dataset order of a run's first epoch, as `coba_trl.sampling.RoundSampler` draws it."""
-    from coba_trl.sampling import RoundSampler
+    """The dataset order of a run's first epoch, as `coba_trl.rounds.sampling.RoundSampler` draws it."""
+    from coba_trl.rounds.sampling import RoundSampler
 
     return RoundSampler(num_prompts, prompts_per_round, shuffle=shuffle, seed=seed).permutation(0)
 

@@ -1,28 +1,27 @@
 """`CoBAGRPOTrainer`: TRL's GRPOTrainer with a per-prompt number of generations (CoBA-RL, arXiv 2602.03048).
 
-Glue around TRL's own methods, never a copy of them (docs/training.md, "How a round runs"):
-1. the sampler (`coba_trl.sampling`) yields each round's M = `generation_batch_size / num_generations` *distinct*
-   prompts, in an order fixed by the seed and the epoch, each process loading ceil(M / P) of them;
-2. `_generate_and_score_completions` gathers them, plans the round on process 0 (`coba_trl.round.plan_round`: the
-   allocator's group size per prompt), shares the plan, deals each group's rows evenly over the processes
-   (`coba_trl.grouping`) and runs TRL's method with `num_generations = 1`, so every backend (transformers, vLLM
-   colocate, vLLM server) makes one completion per row;
+Glue around TRL's own methods, never a copy of them (docs/training.md, "How a round runs"); the round machinery lives
+in `coba_trl.rounds`:
+1. the round source (`coba_trl.rounds.source`: a sampler for a dataset, a reshaped stream) yields each round's
+   M = `generation_batch_size / num_generations` *distinct* prompts, each process loading ceil(M / P) of them;
+2. `_generate_and_score_completions` gathers them, plans the round on process 0 (`coba_trl.rounds.plan`: the
+   allocator's group size per prompt), shares the plan, deals each group's rows evenly over the processes and expands
+   them into rows (`coba_trl.rounds.grouping`), and runs TRL's method with `num_generations = 1`, so every backend
+   (transformers, vLLM colocate, vLLM server) makes one completion per row;
 3. the rewards TRL gathers are captured in `_calculate_rewards` and scored per variable-size group
-   (`coba_trl.round.score_round`), then the pass-rate history p_i and the capability F_t observe the round.
+   (`coba_trl.rounds.scoring`), then the pass-rate history p_i and the capability F_t observe the round.
 Checkpoints carry the allocator, the history, TRL's micro-step counter and the round in progress (`coba_trl.checkpoint`),
 so a run resumed from any checkpoint makes the allocations of the run it continues.
 """
 
 from __future__ import annotations
 
-import math
 import os
 from contextlib import nullcontext
 
 import numpy as np
 from accelerate.logging import get_logger
 from accelerate.utils import gather_object
-from datasets import IterableDataset
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl import GRPOTrainer
 
@@ -31,39 +30,23 @@ from coba_trl.compat import check_trl_compatibility
 from coba_trl.config import CoBAConfig
 from coba_trl.distributed import shared_call
 from coba_trl.generation.vllm_backend import built_by_trl, check_vllm_installed
-from coba_trl.grouping import deal_groups, expected_length_weight
 from coba_trl.model_card import PAPER, complete_model_card
-from coba_trl.rollouts import RolloutGroups, grouped_rollout
-from coba_trl.round import (
+from coba_trl.rounds.grouping import deal_groups, expand_rows, expected_length_weight
+from coba_trl.rounds.log import RoundLog, plain
+from coba_trl.rounds.metrics import log_round
+from coba_trl.rounds.plan import RoundPlan, Screening, check_plan, plan_round, prior_pass_rates, replayed_plan
+from coba_trl.rounds.rollouts import RolloutGroups, grouped_rollout
+from coba_trl.rounds.scoring import (
     Phase,
-    RoundPlan,
     Scoring,
-    Screening,
     check_phase_rewards,
-    check_plan,
     observe_round,
-    plan_round,
-    prior_pass_rates,
-    replayed_plan,
     score_round,
     screen_round,
     success_signal_warning,
 )
-from coba_trl.round_log import RoundLog, plain
-from coba_trl.sampling import RoundSampler
-from coba_trl.streaming import round_stream
-from coba_trl.telemetry import merge_phase_metrics, round_metrics
-from coba_trl.validation import (
-    check_context_length,
-    check_dataset,
-    check_features,
-    check_generation_kwargs,
-    check_reward_columns,
-    check_reward_values,
-    check_success_reward,
-    check_two_phase_layout,
-    dataset_columns,
-)
+from coba_trl.rounds.source import RoundLayout, round_source
+from coba_trl.validation import check_construction, check_context_length, check_success_reward
 
 check_trl_compatibility()
 
@@ -80,7 +63,7 @@ class CoBAGRPOTrainer(GRPOTrainer):
     Takes the same arguments as [`~trl.GRPOTrainer`], with `args` a [`CoBAConfig`]; `train_dataset` is a
     [`~datasets.Dataset`], or an [`~datasets.IterableDataset`] with `prompt_id_column` set. `environment_factory` and
     `tools` run TRL's tool loop on every row, and a `rollout_func` written for GRPOTrainer works unchanged
-    (`coba_trl.rollouts`; docs/setups.md). The allocator and the pass-rate history are public (`trainer.allocator`,
+    (`coba_trl.rounds.rollouts`; docs/setups.md). The allocator and the pass-rate history are public (`trainer.allocator`,
     `trainer.pass_rate_history`) and saved in every checkpoint; `trainer.rollout_groups` tells a custom rollout which
     group each of its rows is in, while one is generated.
 
@@ -115,30 +98,32 @@ class CoBAGRPOTrainer(GRPOTrainer):
                 f"args must be a CoBAConfig, got {type(args).__name__}. Build it with "
                 "`CoBAConfig(**your_grpo_config.to_dict())` or pass the CoBA fields to CoBAConfig directly."
             )
-        environment_factory = kwargs.get("environment_factory")
-        check_features(environment_factory, train_dataset)
-        check_dataset(train_dataset, args.prompt_id_column, args.prior_pass_rate_column, environment_factory is None)
-        check_reward_values(train_dataset, check_reward_columns(reward_funcs, dataset_columns(train_dataset) or []))
-        check_generation_kwargs(args.generation_kwargs, args.use_vllm)
+        check_construction(args, train_dataset, reward_funcs, kwargs)
         check_vllm_installed(args.use_vllm)
         # GRPOConfig makes generation_batch_size a multiple of the processes and of steps_per_generation.
         self._prompts_per_round = args.generation_batch_size // args.num_generations
-        if args.two_phase_rounds:
-            check_two_phase_layout(self._prompts_per_round, args.min_generations, args.world_size)
         self._coba_columns = [c for c in (args.prompt_id_column, args.prior_pass_rate_column) if c is not None]
         with built_by_trl() if args.use_vllm else nullcontext():  # TRL builds coba-trl's vLLM backend (generation/)
             super().__init__(model, reward_funcs, args, train_dataset, **kwargs)
         check_context_length(self.model, self.processing_class, train_dataset, args)
-        if self.rollout_func is not None:  # called once per group size, as GRPOTrainer calls it (coba_trl.rollouts)
+        repeats = self.num_iterations * args.steps_per_generation
+        layout = RoundLayout(
+            self._prompts_per_round,
+            self.accelerator.num_processes,
+            repeats,
+            self.shuffle_dataset,
+            args.seed,
+            args.prompt_id_column,
+        )
+        self._rounds = round_source(train_dataset, layout)  # where each round's prompts come from
+        if self.rollout_func is not None:  # called once per group size, as GRPOTrainer calls it (coba_trl.rounds)
             self.rollout_func = grouped_rollout(self.rollout_func)
         self.rollout_groups: RolloutGroups | None = None  # the generation phase in progress (docs/setups.md)
-        self._success_index = check_success_reward(args.success_reward_func, self.reward_func_names)
+        self._success_indices = check_success_reward(args.success_reward_func, self.reward_func_names)
         self.allocator = args.build_allocator()
         self.pass_rate_history = args.build_pass_rate_history()
         self._captured_rewards = None  # the rewards TRL gathered in the latest generation call
         self._success_signal_warned = False
-        self._round_sampler: RoundSampler | None = None
-        self._prompt_texts = None  # the train set's prompt column, to check rows against the sampler's schedule
         self._current_round: dict | None = None  # the round in progress, saved with every checkpoint
         self._replay_round: dict | None = None  # the round a resumed checkpoint was saved inside of
         self._round_log = RoundLog(args.output_dir) if args.log_allocations else None
@@ -166,30 +151,16 @@ class CoBAGRPOTrainer(GRPOTrainer):
         self._signature_columns += [c for c in self._coba_columns if c not in self._signature_columns]
 
     def _get_train_sampler(self, dataset=None):
-        # Distinct prompts per round, padded per process; each round repeated steps_per_generation * num_iterations
-        # times like TRL's sampler, but with the epoch's order computed from (seed, epoch) so a resume sees it too.
-        self._round_sampler = RoundSampler(
-            num_samples=len(self.train_dataset if dataset is None else dataset),
-            prompts_per_round=self._prompts_per_round,
-            num_processes=self.accelerator.num_processes,
-            repeat_count=self.num_iterations * self.args.steps_per_generation,
-            shuffle=self.shuffle_dataset,
-            seed=self.args.seed,
-        )
-        return self._round_sampler
+        # Distinct prompts per round, padded per process, each round repeated steps_per_generation * num_iterations
+        # times like TRL's sampler, in an order computed from (seed, epoch) so a resume sees it too; None for a stream.
+        return self._rounds.sampler
 
     def get_train_dataloader(self):
-        # Each process loads its share of the round's distinct prompts (padded when P does not divide M); a stream is
-        # reshaped into the same rounds (`coba_trl.streaming`), as a sampler cannot order it.
-        dataset = self.train_dataset
-        if isinstance(dataset, IterableDataset):
-            repeats = self.num_iterations * self.args.steps_per_generation
-            processes, seed = self.accelerator.num_processes, self.args.seed
-            dataset = round_stream(dataset, self._prompts_per_round, processes, repeats, self.shuffle_dataset, seed)
+        # Each process loads its share of the round's distinct prompts (padded when P does not divide M).
         return self._get_dataloader(
-            dataset=dataset,
+            dataset=self._rounds.dataset,
             description="Training",
-            batch_size=math.ceil(self._prompts_per_round / self.accelerator.num_processes),
+            batch_size=self._rounds.layout.per_process,
             sampler_fn=self._get_train_sampler,
             is_training=True,
         )
@@ -200,11 +171,11 @@ class CoBAGRPOTrainer(GRPOTrainer):
         return self._captured_rewards
 
     def _generate_and_score_completions(self, inputs):
-        """One generation round: screen (two phases), plan, generate, score, observe (`coba_trl.round`)."""
+        """One generation round: screen (two phases), plan, generate, score, observe (`coba_trl.rounds`)."""
         if not self.model.training:  # evaluation stays on TRL's fixed-group path
             return super()._generate_and_score_completions(inputs)
         prompts = gather_object(inputs)[: self._prompts_per_round]  # gathered in sampler order: drop the padding
-        prompt_ids = self._round_prompt_ids(inputs, prompts)
+        prompt_ids = self._rounds.prompt_ids(self._step, self.accelerator.process_index, inputs, prompts)
         phases, screening = [], None
         if self.args.two_phase_rounds:  # phase 1: min_generations completions for every prompt
             screen_sizes = np.full(len(prompts), self.args.min_generations)
@@ -223,9 +194,10 @@ class CoBAGRPOTrainer(GRPOTrainer):
             num_processes=self.accelerator.num_processes,
             gather_sum=lambda n: self.accelerator.gather(n).sum(),
         )
-        self._log_round(plan, scored, phases)
-        if not self._success_signal_warned:  # a success reward that is not right-or-wrong: warn in the first round
-            name = self.reward_func_names[self._success_index]
+        metrics, logged = self._metrics["train"], self._logs["advantages"]
+        log_round(metrics, logged, plan, scored, phases, self.reward_weights, self.reward_func_names)
+        if not self._success_signal_warned:  # checked every round until the first round it applies to
+            name = ", ".join(self.reward_func_names[index] for index in self._success_indices)
             message = success_signal_warning(phases, Scoring.of(self), name, self.args.success_reward_func)
             if message is not None:
                 logger.warning(message)
@@ -234,7 +206,11 @@ class CoBAGRPOTrainer(GRPOTrainer):
             observe_round(self.pass_rate_history, self.allocator, plan, scored)
             if self._round_log is not None:
                 record = {"micro_step": self._step, "global_step": self.state.global_step, **plan.record}
-                record.update(group_weighting=self.args.group_weighting, successes=plain(scored.successes))
+                record.update(
+                    group_weighting=self.args.group_weighting,
+                    successes=plain(scored.successes),
+                    scored_rollouts=plain(scored.scored),
+                )
                 shared_call(lambda: self._round_log.write(record), self.accelerator)
         return scored.batch
 
@@ -263,7 +239,7 @@ class CoBAGRPOTrainer(GRPOTrainer):
         """
         weights = None if pass_rates is None else expected_length_weight(pass_rates)
         dealt = deal_groups(group_sizes, self.accelerator.num_processes, weights)
-        local_rows = [dict(prompts[group]) for group in dealt[self.accelerator.process_index]]
+        local_rows = expand_rows(prompts, dealt[self.accelerator.process_index])
         self._captured_rewards = None  # set again by this call's `_calculate_rewards`, never carried over
         mean_group_size = self.num_generations
         self.num_generations = 1  # one completion per expanded row, in every generation backend
@@ -288,33 +264,6 @@ class CoBAGRPOTrainer(GRPOTrainer):
         if self.use_vllm and self.vllm_mode == "server":
             self.vllm_generation.join_until_done()
         return output
-
-    def _log_round(self, plan: RoundPlan, scored, phases: list[Phase]) -> None:
-        """Replace what TRL logged per phase over groups of one by the round's values; add CoBA's metrics."""
-        metrics, num_phases = self._metrics["train"], len(phases)
-        replaced, added = round_metrics(plan, scored, phases, self.reward_weights, self.reward_func_names)
-        if num_phases > 1:
-            replaced.update(merge_phase_metrics(metrics, [len(phase.group_ids) for phase in phases]))
-        for key, value in replaced.items():
-            del metrics[key][-num_phases:]
-            metrics[key].append(value)
-        for key, value in {**plan.metrics, **added}.items():
-            metrics[key].append(value)
-        logged = self._logs["advantages"]  # TRL logged each phase's advantages (zeros): log the round's instead
-        for _ in range(min(len(scored.advantages), len(logged))):
-            logged.pop()
-        logged.extend(scored.advantages.tolist())
-
-    def _round_prompt_ids(self, local_prompts: list[dict], prompts: list[dict]) -> list:
-        """The round's prompt ids: the id column, else the dataset indices the sampler scheduled for this step."""
-        if self.args.prompt_id_column is not None:
-            return [row[self.args.prompt_id_column] for row in prompts]
-        if "prompt" not in self.train_dataset.column_names:  # tasks whose environments write the prompt: no check
-            return self._round_sampler.round_indices(*self._round_sampler.locate(self._step))
-        if self._prompt_texts is None:
-            self._prompt_texts = self.train_dataset["prompt"]
-        rank = self.accelerator.process_index
-        return self._round_sampler.scheduled_ids(self._step, rank, local_prompts, self._prompt_texts)
 
     def _save_checkpoint(self, model, trial):
         # Written before TRL's save, which may start an asynchronous Hub upload of the folder (push_to_hub).
@@ -344,11 +293,9 @@ class CoBAGRPOTrainer(GRPOTrainer):
         if state is None or "micro_step" not in state:
             # No saved micro-step (no CoBA state, or one from coba-trl 0.1): continue from where the Trainer's
             # fast-forward puts the dataloader, so the round sampler's schedule still names the prompts it loads.
-            steps, sampler = self.args.gradient_accumulation_steps, self._round_sampler
-            if sampler is None:  # a stream: one endless epoch (`coba_trl.streaming`)
-                self._step = self.state.global_step * steps
-            else:
-                self._step = sampler.fast_forward_micro_step(self.state.global_step, steps)
+            self._step = self._rounds.fast_forward_micro_step(
+                self.state.global_step, self.args.gradient_accumulation_steps
+            )
             logger.warning(f"{checkpoint} has no saved micro-step: a round interrupted by it is allocated afresh.")
         else:
             # TRL does not checkpoint its micro-step counter; restoring it keeps every later round where it was.

@@ -15,7 +15,23 @@ import numbers
 
 from datasets import Dataset, IterableDataset
 
+from coba_trl.rounds.source import as_prompt_id
+
 LONGEST_PROMPTS_TOKENIZED = 16  # prompts tokenized to find the longest one: those with the most characters
+
+
+def check_construction(args, train_dataset, reward_funcs, trainer_kwargs: dict) -> None:
+    """Everything `CoBAGRPOTrainer` checks before TRL builds the trainer (`args` is its `CoBAConfig`)."""
+    environment_factory = trainer_kwargs.get("environment_factory")
+    check_features(environment_factory, train_dataset)
+    check_dataset(train_dataset, args.prompt_id_column, args.prior_pass_rate_column, environment_factory is None)
+    if trainer_kwargs.get("rollout_func") is None:  # a rollout_func's extra fields reach the rewards as columns too
+        check_reward_values(train_dataset, check_reward_columns(reward_funcs, dataset_columns(train_dataset) or []))
+    check_generation_kwargs(args.generation_kwargs, args.use_vllm)
+    if args.two_phase_rounds:
+        prompts_per_round = args.generation_batch_size // args.num_generations
+        check_two_phase_layout(prompts_per_round, args.min_generations, args.world_size)
+        check_two_phase_inputs(dataset_columns(train_dataset) or [])
 
 
 def check_two_phase_layout(prompts_per_round: int, min_generations: int, num_processes: int) -> None:
@@ -25,6 +41,19 @@ def check_two_phase_layout(prompts_per_round: int, min_generations: int, num_pro
             f"two_phase_rounds screens each of the round's {prompts_per_round} prompts with min_generations "
             f"({min_generations}) completions: {prompts_per_round * min_generations} rows, which must divide evenly "
             f"over the {num_processes} processes. Change min_generations or the batch layout so that it does."
+        )
+
+
+IMAGE_COLUMNS = ("image", "images")  # the columns TRL's GRPOTrainer reads images from
+
+
+def check_two_phase_inputs(columns: list[str]) -> None:
+    """Two phases cannot merge TRL's image inputs (`coba_trl.rounds.phases.MULTIMODAL`): refuse a dataset with images."""
+    images = [column for column in IMAGE_COLUMNS if column in columns]
+    if images:
+        raise ValueError(
+            f"two_phase_rounds is set and train_dataset has the image column {images[0]!r}: the two phases' image "
+            "inputs (pixel_values, ...) cannot be merged into one batch. Set two_phase_rounds=False for this dataset."
         )
 
 
@@ -140,6 +169,24 @@ def check_dataset(
             )
     if prior_pass_rate_column is not None and isinstance(train_dataset, Dataset):  # a stream's are read per round
         check_prior_values(train_dataset[prior_pass_rate_column], prior_pass_rate_column)
+    if prompt_id_column is not None:
+        ids = train_dataset[prompt_id_column] if isinstance(train_dataset, Dataset) else None
+        if ids is None:  # a stream: its first rows
+            ids = [row[prompt_id_column] for row in train_dataset.take(ROWS_PEEKED)]
+        check_prompt_ids(ids, prompt_id_column)
+
+
+def check_prompt_ids(values, column: str) -> None:
+    """Prompt ids key the pass-rate history: each must be hashable, or a list of such values (kept as a tuple)."""
+    for row, value in enumerate(values):
+        try:
+            as_prompt_id(value)
+        except TypeError:
+            raise ValueError(
+                f"prompt_id_column {column!r} holds {type(value).__name__} values ({value!r} at row {row}), which "
+                "cannot key the pass-rate history. Use a column of str, int or lists of those, e.g. `dataset.map("
+                f"lambda row: {{'prompt_id': json.dumps(row[{column!r}], sort_keys=True)}})`."
+            ) from None
 
 
 def check_prior_values(values, column: str) -> None:
@@ -224,16 +271,20 @@ def check_features(environment_factory, train_dataset) -> None:
         )
 
 
-def check_success_reward(success_reward_func: str | None, reward_func_names: list[str]) -> int:
-    """Index of the reward function that defines a success (the first one when `success_reward_func` is None)."""
+def check_success_reward(success_reward_func: str | list[str] | None, reward_func_names: list[str]) -> tuple[int, ...]:
+    """Indices of the reward functions that define a success, in order (the first one when `success_reward_func` is
+    None). A row's success reward is the first of them that scored it (`coba_trl.rounds.scoring.success_scores`)."""
     if success_reward_func is None:
-        return 0
-    if success_reward_func not in reward_func_names:
+        return (0,)
+    names = [success_reward_func] if isinstance(success_reward_func, str) else list(success_reward_func)
+    unknown = [name for name in names if name not in reward_func_names]
+    if unknown or not names:
         raise ValueError(
-            f"success_reward_func is {success_reward_func!r}, which is not one of the reward functions "
-            f"{reward_func_names}. Set it to one of these names."
+            f"success_reward_func is {success_reward_func!r}; {unknown[0] if unknown else 'an empty list'!r} is not "
+            f"one of the reward functions {reward_func_names}. Set it to one of these names, or to several (one per "
+            "environment whose get_reward defines its rows' success)."
         )
-    return reward_func_names.index(success_reward_func)
+    return tuple(reward_func_names.index(name) for name in names)
 
 
 def longest_prompt_tokens(train_dataset: Dataset, processing_class) -> int | None:

@@ -7,8 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from trl.trainer.utils import nanstd
 
-from coba_trl.advantages import group_advantages, zero_spread_groups
-from coba_trl.grouping import deal_groups, distinct_groups, expected_length_weight, imbalance
+from coba_trl.rounds.advantages import group_advantages, zero_spread_groups
+from coba_trl.rounds.grouping import deal_groups, distinct_groups, expected_length_weight, imbalance
 
 
 @settings(max_examples=60, deadline=None)

@@ -5,7 +5,7 @@ import pytest
 import torch
 from trl import GRPOTrainer
 
-from coba_trl.phases import MULTIMODAL, PADDING, merge_phase_outputs
+from coba_trl.rounds.phases import MULTIMODAL, PADDING, merge_phase_outputs
 
 PAD = 9
 

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from coba_trl.allocation import PassRateHistory, build_allocator
 from coba_trl.preview import BANDS, allocation_preview, band_index, main, mixed_group_probability
-from coba_trl.round import plan_round
+from coba_trl.rounds.plan import plan_round
 
 ROOT = Path(__file__).resolve().parents[1]
 

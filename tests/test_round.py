@@ -1,23 +1,13 @@
-"""The round as pure functions (`coba_trl.round`), without a trainer: plan, score, observe, and the round's metrics."""
+"""The round as pure functions (`coba_trl.rounds`), without a trainer: plan, score, observe, and the round's metrics."""
 
 import numpy as np
 import pytest
 import torch
 
 from coba_trl.allocation import PassRateHistory, build_allocator
-from coba_trl.round import (
-    Phase,
-    RoundPlan,
-    Scoring,
-    Screening,
-    check_plan,
-    observe_round,
-    plan_round,
-    replayed_plan,
-    score_round,
-    screen_round,
-)
-from coba_trl.telemetry import merge_phase_metrics, round_metrics
+from coba_trl.rounds.metrics import merge_phase_metrics, round_metrics
+from coba_trl.rounds.plan import RoundPlan, Screening, check_plan, plan_round, replayed_plan
+from coba_trl.rounds.scoring import Phase, Scoring, observe_round, score_round, screen_round
 
 
 class Scripted:
@@ -44,7 +34,7 @@ def _settings(**overrides):
         multi_objective_aggregation="sum_then_normalize",
         group_weighting="row",
         zero_variance_groups="keep",
-        success_index=0,
+        success_indices=(0,),
         success_threshold=1.0,
         pad_token_id=0,
     )

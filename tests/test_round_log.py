@@ -5,7 +5,7 @@ import logging
 
 import pytest
 
-from coba_trl.round_log import ROUNDS_FILE, RoundLog, read_rounds
+from coba_trl.rounds.log import ROUNDS_FILE, RoundLog, read_rounds
 
 
 def _log_of_three_rounds(tmp_path) -> RoundLog:
@@ -26,7 +26,7 @@ def test_a_resume_after_a_torn_last_line_keeps_the_complete_rounds(tmp_path, cap
     log = _log_of_three_rounds(tmp_path)
     complete = (tmp_path / ROUNDS_FILE).read_text().splitlines(keepends=True)
     _tear_last_line(tmp_path / ROUNDS_FILE)
-    with caplog.at_level(logging.WARNING, logger="coba_trl.round_log"):
+    with caplog.at_level(logging.WARNING, logger="coba_trl.rounds.log"):
         log.start(resume_micro_step=100)
     assert (tmp_path / ROUNDS_FILE).read_text() == "".join(complete[:2])  # the two whole lines, byte for byte
     assert "line 3, the last one, is incomplete" in caplog.text
@@ -44,7 +44,7 @@ def test_a_resume_trims_the_rounds_from_the_checkpoint_on(tmp_path):
 def test_reading_a_log_with_a_torn_last_line_returns_the_complete_rounds(tmp_path, caplog):
     _log_of_three_rounds(tmp_path)
     _tear_last_line(tmp_path / ROUNDS_FILE)
-    with caplog.at_level(logging.WARNING, logger="coba_trl.round_log"):
+    with caplog.at_level(logging.WARNING, logger="coba_trl.rounds.log"):
         assert [record["micro_step"] for record in read_rounds(str(tmp_path))] == [0, 2]
     assert "incomplete" in caplog.text
 

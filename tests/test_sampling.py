@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 from trl.trainer.utils import RepeatSampler
 
-from coba_trl.grouping import deal_groups
-from coba_trl.sampling import RoundSampler
+from coba_trl.rounds.grouping import deal_groups
+from coba_trl.rounds.sampling import RoundSampler
 
 
 def test_one_process_matches_trls_sampler_epoch_after_epoch():

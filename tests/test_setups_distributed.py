@@ -5,7 +5,7 @@ per task and round as the allocation log says, and no process waits for another.
 import pytest
 from scripts.tool_tasks import assert_two_processes_gave_every_row_its_rollout, launch_two_processes
 
-from coba_trl.round_log import read_rounds
+from coba_trl.rounds.log import read_rounds
 
 
 @pytest.mark.slow

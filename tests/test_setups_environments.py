@@ -7,7 +7,7 @@ import pytest
 from scripts.tool_tasks import SCRIPTED_SIZES, build, calls_wanted, task_dataset, tool_tokenizer
 
 from coba_trl import CoBAConfig, CoBAGRPOTrainer
-from coba_trl.round_log import read_rounds
+from coba_trl.rounds.log import read_rounds
 from coba_trl.tiny import build_tiny_qwen2
 
 

@@ -10,7 +10,7 @@ import pytest
 from scripts.tiny_coba import TINY_ARGS, prompt_dataset, tiny_model
 
 from coba_trl import CoBAConfig, CoBAGRPOTrainer
-from coba_trl.round_log import read_rounds
+from coba_trl.rounds.log import read_rounds
 
 SIZES = [[1, 9, 2], [3, 3, 6], [6, 5, 1]]  # a round with two groups of 3: one call holds both
 

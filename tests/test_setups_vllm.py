@@ -13,7 +13,7 @@ from scripts.vllm_runs import RATIO_BOUND, ratio_extremes
 from transformers import AutoTokenizer
 
 from coba_trl import CoBAConfig, CoBAGRPOTrainer
-from coba_trl.round_log import read_rounds
+from coba_trl.rounds.log import read_rounds
 
 pytestmark = pytest.mark.vllm
 

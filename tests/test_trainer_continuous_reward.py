@@ -9,7 +9,7 @@ import torch
 from scripts.tiny_coba import TINY_ARGS, Recorder, parity_reward, prompt_dataset, tiny_model
 
 from coba_trl import CoBAConfig, CoBAGRPOTrainer
-from coba_trl.round import Phase, success_signal_warning
+from coba_trl.rounds.scoring import Phase, success_signal_warning
 
 
 def reward_len(completions, **kwargs):
@@ -74,7 +74,7 @@ def test_a_right_or_wrong_reward_never_warns_and_logs_its_success_rate(tmp_path,
 
 def _phase_warning(rewards, threshold=1.0):
     scores = torch.tensor(rewards, dtype=torch.float32)[:, None]
-    settings = SimpleNamespace(success_index=0, success_threshold=threshold)
+    settings = SimpleNamespace(success_indices=(0,), success_threshold=threshold)
     return success_signal_warning([Phase({}, scores, np.zeros(len(rewards), dtype=int))], settings, "r", None)
 
 

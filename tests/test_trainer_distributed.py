@@ -10,8 +10,8 @@ import transformers
 from packaging.version import Version
 from scripts.two_processes import launch, run_ranks
 
-from coba_trl.grouping import deal_groups, expected_length_weight
-from coba_trl.round_log import read_rounds
+from coba_trl.rounds.grouping import deal_groups, expected_length_weight
+from coba_trl.rounds.log import read_rounds
 
 SCRIPT = Path(__file__).parent / "scripts" / "tiny_coba.py"
 

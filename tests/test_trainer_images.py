@@ -15,7 +15,7 @@ from PIL import Image
 from scripts.tiny_coba import TINY_ARGS
 
 from coba_trl import CoBAConfig, CoBAGRPOTrainer
-from coba_trl.round_log import read_rounds
+from coba_trl.rounds.log import read_rounds
 from coba_trl.tiny import build_tiny_llava
 
 COLOURS = {"red": (255, 0, 0), "green": (0, 255, 0), "blue": (0, 0, 255), "white": (255, 255, 255)}

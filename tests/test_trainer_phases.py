@@ -16,8 +16,8 @@ from scripts.tiny_coba import (
 
 from coba_trl import CoBAConfig, CoBAGRPOTrainer
 from coba_trl.allocation import CoBAAllocator, coba_allocate
-from coba_trl.phases import merge_phase_outputs, rescue_counts
-from coba_trl.round_log import read_rounds
+from coba_trl.rounds.log import read_rounds
+from coba_trl.rounds.phases import merge_phase_outputs, rescue_counts
 
 
 def _trainer(tmp_path, reward=parity_reward, **overrides):

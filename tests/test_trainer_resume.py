@@ -14,7 +14,7 @@ from scripts.tiny_coba import TINY_ARGS, RoundRecorder, prompt_dataset, step_rew
 
 from coba_trl import CoBAConfig, CoBAGRPOTrainer
 from coba_trl.checkpoint import STATE_FILE, load_state, save_state
-from coba_trl.round_log import ROUNDS_FILE, read_rounds
+from coba_trl.rounds.log import ROUNDS_FILE, read_rounds
 
 
 def _trainer(output_dir, dataset, **overrides):

@@ -8,7 +8,7 @@ import pytest
 from scripts.streaming_coba import prompt_stream, stream_trainer
 from scripts.two_processes import run_ranks
 
-from coba_trl.round_log import read_rounds
+from coba_trl.rounds.log import read_rounds
 
 SCRIPT = Path(__file__).parent / "scripts" / "streaming_coba.py"
 PROMPTS = {f"q{i}" for i in range(8)}

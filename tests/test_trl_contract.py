@@ -11,7 +11,7 @@ from datasets import Dataset
 from scripts.tiny_coba import TINY_ARGS, tiny_model
 from trl import GRPOConfig, GRPOTrainer
 
-from coba_trl.phases import PADDING, ROWS, SUMMED
+from coba_trl.rounds.phases import PADDING, ROWS, SUMMED
 
 UPGRADE = "Re-check coba_trl/trainer.py against the new TRL before widening coba_trl.compat.TESTED_TRL_RANGE."
 PROMPTS = ["Question 1:", "A much longer question 2:", "Q3:"]
@@ -114,7 +114,7 @@ def test_the_output_keys_are_the_ones_the_two_phase_merge_knows(one_call):
     _, output, _ = one_call
     unknown = sorted(set(output) - set(PADDING) - set(ROWS) - set(SUMMED))
     assert not unknown, (
-        f"_generate_and_score_completions returned keys {unknown} that coba_trl.phases.merge_phase_outputs does not "
+        f"_generate_and_score_completions returned keys {unknown} that coba_trl.rounds.phases.merge_phase_outputs does not "
         f"know how to pad or concatenate; two-phase rounds would refuse them. Add each with TRL's padding. {UPGRADE}"
     )
 
@@ -125,13 +125,13 @@ def test_prompts_are_left_padded_and_completions_right_padded(one_call):
     prompt_mask, completion_mask = output["prompt_mask"], output["completion_mask"]
     assert prompt_mask[:, -1].all() and not prompt_mask[:, 0].all(), (
         f"The prompt mask {prompt_mask.tolist()} is not left-padded (prompts of different lengths, every prompt "
-        f"ending in the last column); coba_trl.phases.PADDING pads prompt_ids / prompt_mask on the left. {UPGRADE}"
+        f"ending in the last column); coba_trl.rounds.phases.PADDING pads prompt_ids / prompt_mask on the left. {UPGRADE}"
     )
     assert (output["prompt_ids"][prompt_mask == 0] == pad).all()
     padded = completion_mask == 0
     assert padded.any() and not padded.all(), "setup: with this seed some completions end early and some do not"
     assert (padded.cummax(dim=1).values == padded).all(), (
-        f"The completion mask {completion_mask.tolist()} is not right-padded; coba_trl.phases.PADDING pads "
+        f"The completion mask {completion_mask.tolist()} is not right-padded; coba_trl.rounds.phases.PADDING pads "
         f"completion tensors on the right. {UPGRADE}"
     )
     assert (output["completion_ids"][padded] == pad).all()

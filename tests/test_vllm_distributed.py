@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from scripts.vllm_runs import RATIO_BOUND
 
-from coba_trl.round_log import read_rounds
+from coba_trl.rounds.log import read_rounds
 
 pytestmark = [pytest.mark.vllm, pytest.mark.distributed, pytest.mark.slow]
 

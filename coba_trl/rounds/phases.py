@@ -5,7 +5,7 @@ fresh results, and spends the rest of the round's budget from them. TRL's genera
 two outputs are merged here into the one batch of completion rows the loss sees (`merge_phase_outputs`), and the
 rewards gathered in each phase into the round's rows (`round_rows`).
 
-Zero-variance groups (every completion rewarded alike, as `coba_trl.advantages.zero_spread_groups` judges it) carry no
+Zero-variance groups (every completion rewarded alike, as `coba_trl.rounds.advantages.zero_spread_groups` judges it) carry no
 policy gradient: `drop` keeps them out of the loss and its token normalisation, as DAPO's dynamic-sampling filter does;
 `rescue` gives the groups whose screening rows were all rewarded alike extra rollouts in phase 2 (`rescue_counts`) in
 the hope of a non-zero spread.

@@ -17,7 +17,8 @@ runs round by round:
   stranded units and, with `rescue`, the rescue); `rescued`: the prompts the rescue gave rows to (`null` unless
   `rescue`);
 - `group_weighting`: `"row"` or `"prompt"` (how much each group weighed in the loss);
-- `successes`: successes per prompt over the whole group (all phases), the values the pass-rate history recorded.
+- `successes`: successes per prompt over the whole group (all phases), and `scored_rollouts`: its rows that had a
+  success reward (not NaN): the values the pass-rate history recorded.
 
 A run resumed from a checkpoint keeps the lines of the rounds that started before the checkpoint and continues the
 file; the round it regenerates (same plan, not observed again) is not written twice. So the file of a resumed run has

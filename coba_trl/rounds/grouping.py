@@ -3,10 +3,13 @@
 A generation round makes `total = sum(group_sizes)` completions: prompt i is repeated `group_sizes[i]` times (its
 *group*). TRL's hard constraint is that every process holds the same number of rows; on top of that,
 large groups are spread over processes and the expected completion tokens per process are balanced, so no process
-generates far longer than the others. Plain numpy; the trainer only wires it in.
+generates far longer than the others (`deal_groups`). `expand_rows` then makes each process's rows: one fresh copy of
+the prompt's row per completion. Plain numpy; the trainer only wires it in.
 """
 
 from __future__ import annotations
+
+import copy
 
 import numpy as np
 
@@ -71,3 +74,9 @@ def imbalance(per_rank: list[np.ndarray], weights: np.ndarray | None = None) -> 
     """max / mean over ranks of the rows (or, with per-group `weights`, the expected tokens) each rank holds."""
     loads = np.array([len(rows) if weights is None else float(np.sum(weights[rows])) for rows in per_rank])
     return float(loads.max() / loads.mean())
+
+
+def expand_rows(prompts: list[dict], group_ids) -> list[dict]:
+    """One row per completion: `prompts[g]` for each group id `g`, each a fresh deep copy, as GRPOTrainer's dataloader
+    gives each rollout its own row (a list or dict column is never one object shared by a group's rollouts)."""
+    return [copy.deepcopy(prompts[group]) for group in group_ids]

@@ -33,7 +33,7 @@ def round_metrics(plan, scored, phases: list, reward_weights, reward_func_names:
     CoBA's own keys (`coba/...`).
 
     TRL's `frac_reward_zero_std` saw groups of one: it becomes the fraction of the round's groups with zero spread
-    (`coba_trl.advantages.zero_spread_groups`, as `drop` judges them). With two phases its `reward`, `reward_std` and
+    (`coba_trl.rounds.advantages.zero_spread_groups`, as `drop` judges them). With two phases its `reward`, `reward_std` and
     `rewards/<name>/mean|std` saw each phase alone: all are recomputed over the whole round (unscorable rows, NaN for
     every reward function, left out as TRL leaves them out). TRL's `reward` averages over completion rows, so under
     CoBA a prompt weighs as much as its group is large; `coba/reward_per_prompt` and
@@ -44,8 +44,8 @@ def round_metrics(plan, scored, phases: list, reward_weights, reward_func_names:
     import torch
     from trl.trainer.utils import nanstd
 
-    from coba_trl.advantages import segment_nanmean, weighted_rewards
-    from coba_trl.phases import round_rows
+    from coba_trl.rounds.advantages import segment_nanmean, weighted_rewards
+    from coba_trl.rounds.phases import round_rows
 
     (rewards, group_ids), num_groups, num_phases = round_rows(phases), len(plan.group_sizes), len(phases)
     weighted = weighted_rewards(rewards, reward_weights)
@@ -97,3 +97,20 @@ def merge_phase_metrics(logged: dict, rows: list[int]) -> dict[str, float]:
         else:
             merged[key] = float(np.average(values, weights=weights))
     return merged
+
+
+def log_round(trainer_metrics: dict, logged_advantages, plan, scored, phases: list, weights, names) -> None:
+    """Replace, in TRL's `_metrics["train"]` and `_logs["advantages"]`, what TRL logged per phase over groups of one
+    by the round's values (`round_metrics`, `merge_phase_metrics`), and add CoBA's metrics."""
+    num_phases = len(phases)
+    replaced, added = round_metrics(plan, scored, phases, weights, names)
+    if num_phases > 1:
+        replaced.update(merge_phase_metrics(trainer_metrics, [len(phase.group_ids) for phase in phases]))
+    for key, value in replaced.items():
+        del trainer_metrics[key][-num_phases:]
+        trainer_metrics[key].append(value)
+    for key, value in {**plan.metrics, **added}.items():
+        trainer_metrics[key].append(value)
+    for _ in range(min(len(scored.advantages), len(logged_advantages))):  # each phase's zeros out, the round's in
+        logged_advantages.pop()
+    logged_advantages.extend(scored.advantages.tolist())

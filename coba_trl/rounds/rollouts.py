@@ -1,0 +1,127 @@
+"""A `rollout_func` written for GRPOTrainer, run unchanged under CoBA's groups of different sizes (docs/setups.md).
+
+GRPOTrainer calls `rollout_func(prompts, trainer)` with this process's rows, each prompt repeated
+`trainer.num_generations` times in a row, and takes back one completion per row. Such a function may answer row by
+row, or sample `trainer.num_generations` completions for every distinct prompt (`prompts[::trainer.num_generations]`,
+or the distinct values). Under CoBA a process holds k_i rows of prompt i, a different k_i per prompt, so
+`grouped_rollout` calls the function once per distinct k, with the prompts that have k rows here, each repeated k
+times in a row, and `trainer.num_generations` set to k for the call (and `trainer.environments`, with
+`environment_factory`, set to those rows' environments in the same order): every one of these forms then returns k
+completions per prompt, and they are put back in row order. The output is read as GRPOTrainer reads it: a list per
+field, one entry per prompt; a field that is not a list is one value for every row; `logprobs=None` means no sampling
+logprobs.
+
+Every process makes the same calls, one per group size that any process holds, so that a function that gathers over
+processes (a vLLM server generation) stays in step. A process that holds no group of some size k makes that call
+with padding, never with an empty list: one of its own prompts repeated k times, with copies of its environment, and
+the output is discarded. `trainer.rollout_groups` (`RolloutGroups`) tells a function that wants the whole round which
+group each row is in and how large each group is.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import functools
+from dataclasses import dataclass
+
+from accelerate.utils import gather_object
+
+
+@dataclass(frozen=True)
+class RolloutGroups:
+    """The generation phase in progress, as `trainer.rollout_groups` (None outside a training phase).
+
+    `group_ids[r]`: the group (index into the round's distinct prompts, in sampler order) of this process's row r;
+    `group_sizes[g]`: the rows group g has in this phase over all processes (a group may span processes);
+    `rows[j]`: during a `rollout_func` call, the row (index into `group_ids`) of the call's j-th prompt; None during
+    a padding call (module docstring).
+    """
+
+    group_ids: list[int]
+    group_sizes: list[int]
+    rows: list[int] | None = None
+
+
+def local_groups(group_ids: list[int]) -> dict[int, list[int]]:
+    """The rows of each group on this process, groups in order of first appearance."""
+    rows: dict[int, list[int]] = {}
+    for row, group in enumerate(group_ids):
+        rows.setdefault(group, []).append(row)
+    return rows
+
+
+def grouped_rollout(rollout_func):
+    """`rollout_func` called once per group size k with `trainer.num_generations = k` (module docstring)."""
+
+    @functools.wraps(rollout_func)
+    def call(prompts, trainer):
+        groups = getattr(trainer, "rollout_groups", None)
+        if groups is None:  # evaluation: TRL's fixed groups of num_generations_eval
+            return rollout_func(prompts, trainer)
+        rows_of = local_groups(groups.group_ids)
+        sizes = sorted({len(rows) for rows in rows_of.values()})
+        if trainer.accelerator.num_processes > 1:
+            sizes = sorted(set().union(*gather_object([sizes])))
+        environments = trainer.environments
+        merged: dict[str, list] = {}
+        for size in sizes:
+            rows = [row for group_rows in rows_of.values() if len(group_rows) == size for row in group_rows]
+            padding = not rows
+            if padding:  # no group of this size here: keep in step with the processes that have one
+                rows = [0] * size
+            call_prompts = [copy.deepcopy(prompts[row]) if padding else prompts[row] for row in rows]
+            mean_group_size, trainer.num_generations = trainer.num_generations, size
+            trainer.rollout_groups = dataclasses.replace(groups, rows=None if padding else rows)
+            if environments is not None:
+                trainer.environments = [
+                    copy.deepcopy(environments[row]) if padding else environments[row] for row in rows
+                ]
+            try:
+                output = rollout_func(call_prompts, trainer)
+            finally:
+                trainer.num_generations, trainer.rollout_groups = mean_group_size, groups
+                trainer.environments = environments
+            placed = per_row(output, len(rows), size)
+            if padding:
+                continue
+            for key, values in placed.items():
+                if key in merged and (merged[key] is None) != (values is None):
+                    raise ValueError(
+                        f"rollout_func returned {key!r} as None for some group sizes and as a list for others: "
+                        "return None (no sampling logprobs) or a list in every call."
+                    )
+                column = merged.setdefault(key, None if values is None else [None] * len(prompts))
+                for row, value in zip(rows, values or [], strict=False):
+                    column[row] = value
+        return merged
+
+    return call
+
+
+def per_row(output: dict, num_rows: int, size: int) -> dict[str, list | None]:
+    """A call's output as one entry per row, as GRPOTrainer reads it: a list has one entry per prompt; a field that
+    is not a list is that value for every row; `logprobs=None` stays None (no sampling logprobs)."""
+    placed = {}
+    for key, values in output.items():
+        if key == "logprobs" and values is None:
+            placed[key] = None
+        elif not isinstance(values, list):
+            if key in REQUIRED:
+                raise ValueError(
+                    f"rollout_func returned {key!r} as {type(values).__name__}; it must be a list with one entry per "
+                    "prompt it received."
+                )
+            placed[key] = [values] * num_rows
+        elif len(values) != num_rows:
+            raise ValueError(
+                f"rollout_func returned {key!r} with {len(values)} entries for {num_rows} prompts of {size} rows each "
+                f"({num_rows // size} distinct): every list must have one entry per prompt it received, "
+                "num_generations completions for each distinct prompt, in the order of the prompts."
+            )
+        else:
+            placed[key] = values
+    return placed
+
+
+REQUIRED = ("prompt_ids", "completion_ids", "logprobs")  # the fields GRPOTrainer requires of a rollout_func

@@ -1,0 +1,107 @@
+"""Where a round's prompts come from: one interface, two implementations (a map-style dataset, a stream).
+
+A round is M = `generation_batch_size / num_generations` distinct prompts; each of P processes loads ceil(M / P) of
+them (`per_process`), the round padded with repeats of its own first prompts, and every round is loaded
+`repeat_count` = steps_per_generation * num_iterations times in a row, so the Trainer's step counting holds. The
+trainer asks its `RoundSource` for what the dataloader loads (`dataset`, `sampler`), for the round's prompt ids
+(`prompt_ids`) and for where a resumed run's dataloader starts (`fast_forward_micro_step`), and never branches on
+which source it has:
+
+- `IndexedRounds` (a `datasets.Dataset`): `RoundSampler` orders the rows; prompts are identified by
+  `prompt_id_column`, else by dataset row index (checked against the rows the dataloader loaded).
+- `StreamedRounds` (a `datasets.IterableDataset`): `RoundStream` cuts the stream into the same rounds; prompts are
+  identified by `prompt_id_column`, which a stream requires.
+
+A prompt id is any hashable value of the id column; a list (Arrow's list columns) is keyed as the tuple of its items,
+the form the checkpoint's JSON gives back (`coba_trl.allocation.history.prompt_id_from_json`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from datasets import IterableDataset
+from torch.utils.data import Sampler
+
+from coba_trl.allocation.history import prompt_id_from_json
+from coba_trl.rounds.sampling import RoundSampler
+from coba_trl.rounds.streaming import round_stream
+
+
+def as_prompt_id(value):
+    """The key a prompt id value is kept under: itself, or for a list the tuple of its items (recursively)."""
+    key = prompt_id_from_json(value)
+    hash(key)  # a dict or set id is refused at construction (`coba_trl.validation.check_prompt_ids`)
+    return key
+
+
+@dataclass
+class RoundLayout:
+    """What every source shares: M, P, the repeats of each round, the order (shuffle, seed) and the id column."""
+
+    prompts_per_round: int
+    num_processes: int
+    repeat_count: int
+    shuffle: bool
+    seed: int
+    id_column: str | None
+
+    @property
+    def per_process(self) -> int:
+        """Prompts each process loads per round: ceil(M / P)."""
+        return math.ceil(self.prompts_per_round / self.num_processes)
+
+
+class IndexedRounds:
+    """Rounds of a map-style `datasets.Dataset`, in the order of `RoundSampler` (module docstring)."""
+
+    def __init__(self, dataset, layout: RoundLayout):
+        self.dataset, self.layout = dataset, layout
+        self.sampler: Sampler = RoundSampler(
+            num_samples=len(dataset),
+            prompts_per_round=layout.prompts_per_round,
+            num_processes=layout.num_processes,
+            repeat_count=layout.repeat_count,
+            shuffle=layout.shuffle,
+            seed=layout.seed,
+        )
+        self._prompt_texts = None  # the prompt column, read once, to check rows against the sampler's schedule
+
+    def prompt_ids(self, micro_step: int, rank: int, local_rows: list[dict], rows: list[dict]) -> list:
+        """The ids of the round's prompts `rows` (gathered, padding dropped); `local_rows` are this process's."""
+        if self.layout.id_column is not None:
+            return [as_prompt_id(row[self.layout.id_column]) for row in rows]
+        if "prompt" not in self.dataset.column_names:  # tasks whose environments write the prompt: no check
+            return self.sampler.round_indices(*self.sampler.locate(micro_step))
+        if self._prompt_texts is None:
+            self._prompt_texts = self.dataset["prompt"]
+        return self.sampler.scheduled_ids(micro_step, rank, local_rows, self._prompt_texts)
+
+    def fast_forward_micro_step(self, global_step: int, gradient_accumulation_steps: int) -> int:
+        """The micro-step where the Trainer's fast-forward puts the dataloader after `global_step` optimizer steps."""
+        return self.sampler.fast_forward_micro_step(global_step, gradient_accumulation_steps)
+
+
+class StreamedRounds:
+    """Rounds of a streaming `datasets.IterableDataset`, cut by `RoundStream` (module docstring)."""
+
+    sampler = None  # a stream is not ordered by a sampler
+
+    def __init__(self, dataset, layout: RoundLayout):
+        self.layout = layout
+        self.dataset = round_stream(
+            dataset, layout.prompts_per_round, layout.num_processes, layout.repeat_count, layout.shuffle, layout.seed
+        )
+
+    def prompt_ids(self, micro_step: int, rank: int, local_rows: list[dict], rows: list[dict]) -> list:
+        return [as_prompt_id(row[self.layout.id_column]) for row in rows]
+
+    def fast_forward_micro_step(self, global_step: int, gradient_accumulation_steps: int) -> int:
+        # One endless epoch (`coba_trl.rounds.streaming`): the Trainer skips global_step * GA batches.
+        return global_step * gradient_accumulation_steps
+
+
+def round_source(dataset, layout: RoundLayout) -> IndexedRounds | StreamedRounds:
+    """The source of `dataset`'s rounds: `StreamedRounds` for a stream, else `IndexedRounds`."""
+    return StreamedRounds(dataset, layout) if isinstance(dataset, IterableDataset) else IndexedRounds(dataset, layout)
