@@ -307,8 +307,8 @@ class CoBAConfig(_GRPOConfig):
         training has started: torch's optimizer at the first step, generation at the first round."""
         if self.top_k < 0:
             raise ValueError(
-                f"top_k ({self.top_k}) must be >= 0: 0 disables top-k filtering (TRL's default), and transformers' "
-                "generation refuses a negative top_k at the first round. Set --top_k 0 to consider every token."
+                f"top_k ({self.top_k}) must be >= 0: transformers' generation refuses a negative top_k at the first "
+                "round. Set --top_k 0 to consider every token (TRL's default; it disables top-k for vLLM too)."
             )
         if not (math.isfinite(self.learning_rate) and self.learning_rate > 0):
             raise ValueError(

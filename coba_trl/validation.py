@@ -289,14 +289,16 @@ def check_success_reward(success_reward_func: str | list[str] | None, reward_fun
 
 def longest_prompt_tokens(train_dataset: Dataset, processing_class) -> int | None:
     """Tokens of the longest prompt of `train_dataset` as generation sees it (chat template and generation prompt
-    applied), measured on the prompts with the most characters; None when the prompts are neither text nor chat
-    messages of text (images, tool schemas), which this check leaves alone."""
+    applied), measured on the prompts with the most characters (of a stream, among its first `ROWS_PEEKED` rows);
+    None when the prompts are neither text nor chat messages of text (images, tool schemas), which this check leaves
+    alone."""
     tokenizer = getattr(processing_class, "tokenizer", processing_class)
-    if not isinstance(train_dataset, Dataset):  # a stream is not read ahead
+    if "prompt" not in (dataset_columns(train_dataset) or []) or not callable(getattr(tokenizer, "encode", None)):
         return None
-    if "prompt" not in train_dataset.column_names or not callable(getattr(tokenizer, "encode", None)):
-        return None
-    prompts = train_dataset["prompt"]
+    if isinstance(train_dataset, Dataset):
+        prompts = train_dataset["prompt"]
+    else:  # a stream is not read ahead: its first rows
+        prompts = [row["prompt"] for row in train_dataset.take(ROWS_PEEKED)]
     if not all(_is_text_prompt(prompt) for prompt in prompts):
         return None
     longest = heapq.nlargest(LONGEST_PROMPTS_TOKENIZED, prompts, key=_prompt_characters)

@@ -55,6 +55,7 @@ def test_trl_parser_reads_yaml_and_command_line(tmp_path):
         (dict(num_train_epochs=0, max_steps=-1), "num_train_epochs.*trains no step"),
         (dict(temperature=0.0), "temperature"),
         (dict(repetition_penalty=0.0), "repetition_penalty"),
+        (dict(top_k=-1), r"top_k \(-1\) must be >= 0.*--top_k 0"),
     ],
 )
 def test_bad_fields_name_themselves(tmp_path, overrides, field):

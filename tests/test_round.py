@@ -7,7 +7,7 @@ import torch
 from coba_trl.allocation import PassRateHistory, build_allocator
 from coba_trl.rounds.metrics import merge_phase_metrics, round_metrics
 from coba_trl.rounds.plan import RoundPlan, Screening, check_plan, plan_round, replayed_plan
-from coba_trl.rounds.scoring import Phase, Scoring, observe_round, score_round, screen_round
+from coba_trl.rounds.scoring import Phase, Scoring, group_successes, observe_round, score_round, screen_round
 
 
 class Scripted:
@@ -222,3 +222,19 @@ def test_phase_metrics_combine_by_rows():
     assert merged["completions/mean_terminated_length"] == 10.0 and merged["completions/min_terminated_length"] == 10
     assert merged["sampling/importance_sampling_ratio/mean"] == pytest.approx((8 + 12) / 32)
     assert "reward" not in merged
+
+
+def test_rows_without_a_success_reward_are_neither_successes_nor_failures():
+    """Two success rewards (one per environment): a row's success is the first that scored it; a row neither scored
+    (NaN in both) is not counted, and a group with no scored row is not an appearance in the history."""
+    nan = float("nan")
+    rewards = torch.tensor([[1.0, nan], [nan, 1.0], [nan, 0.0], [nan, nan], [nan, nan]])
+    successes, scored = group_successes(rewards, np.array([0, 0, 1, 1, 2]), 3, (0, 1), 1.0)
+    assert successes.tolist() == [2, 0, 0] and scored.tolist() == [2, 1, 0]
+    history, allocator = PassRateHistory(), build_allocator("uniform", min_budget=1, max_budget=8)
+    plan = RoundPlan(["a", "b", "c"], np.array([2, 2, 1]), np.full(3, np.nan))
+    scored_round = score_round(
+        plan, [Phase({}, rewards, np.array([0, 0, 1, 1, 2]))], _settings(success_indices=(0, 1))
+    )
+    observe_round(history, allocator, plan, scored_round)
+    assert history.pass_rates(["a", "b", "c"]).tolist()[:2] == [1.0, 0.0] and "c" not in history

@@ -41,6 +41,22 @@ def test_a_stream_trains_over_three_passes_with_pass_rates_carried_by_prompt_id(
     assert rounds.rounds[0][0] != rounds.rounds[2][0]  # each pass is shuffled anew
 
 
+@pytest.mark.slow
+def test_two_phase_rounds_screen_every_prompt_of_a_stream(tmp_path):
+    """Two phases on a stream: each round screens its 4 prompts with min_generations rows, then generates the rest of
+    each group; the rows that reach the reward over both phases are the logged group sizes."""
+    trainer, reward, rounds = stream_trainer(str(tmp_path), two_phase_rounds=True, min_generations=2, max_steps=4)
+    trainer.train()
+    logged = read_rounds(tmp_path)
+    assert len(logged) == len(rounds.rounds) == 4 and len(reward.calls) == 8
+    for (ids, sizes), screen, rest, entry in zip(
+        rounds.rounds, reward.calls[::2], reward.calls[1::2], logged, strict=True
+    ):
+        assert screen == {uid: 2 for uid in ids} and entry["screen_rollouts"] == 2
+        assert dict(Counter(screen) + Counter(rest)) == dict(zip(ids, sizes, strict=True))
+        assert entry["group_sizes"] == sizes
+
+
 def test_a_stream_shorter_than_a_round_fails_with_the_fix(tmp_path):
     trainer, _, _ = stream_trainer(str(tmp_path), dataset=prompt_stream(3, split=2))
     with pytest.raises(ValueError, match="streamed 3 rows in a pass, fewer than the 4 distinct prompts"):
@@ -68,8 +84,8 @@ def test_a_resumed_stream_continues_where_the_checkpoint_left_it(tmp_path, check
     assert resumed.allocator.state_dict() == full.allocator.state_dict()
 
 
-def _launch(out_dir: Path, *script_args: str) -> list[dict]:
-    return run_ranks(SCRIPT, out_dir, *script_args, timeout=540)
+def _launch(out_dir: Path, *script_args: str, env: dict | None = None) -> list[dict]:
+    return run_ranks(SCRIPT, out_dir, *script_args, timeout=540, env=env)
 
 
 @pytest.mark.slow
@@ -85,6 +101,24 @@ def test_a_sharded_stream_gives_the_same_rounds_on_two_processes_and_resumes(tmp
     resumed = _launch(tmp_path / "resumed", str(tmp_path / "full" / "checkpoint-3"))
     assert resumed[0]["rounds"] == resumed[1]["rounds"] == ranks[0]["rounds"][3:]
     assert resumed[0]["history"] == ranks[0]["history"] and resumed[0]["allocator"] == ranks[0]["allocator"]
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+@pytest.mark.timeout(900)
+def test_rounds_that_do_not_divide_over_the_processes_are_padded_alike_and_resume(tmp_path):
+    """3 prompts a round on two processes: each loads 2, the padding row is dropped, the rounds agree, each prompt's
+    rows reach the reward as planned, and a resume continues the same rounds."""
+    env = {"STREAM_PER_DEVICE": "6"}
+    ranks = _launch(tmp_path / "full", env=env)
+    assert ranks[0]["rounds"] == ranks[1]["rounds"] and ranks[0]["global_step"] == 6
+    assert all(len(set(ids)) == 3 for ids, _ in ranks[0]["rounds"])
+    calls = [dict(Counter(a) + Counter(b)) for a, b in zip(*(r["reward_calls"] for r in ranks), strict=True)]
+    assert calls == [dict(zip(ids, sizes, strict=True)) for ids, sizes in ranks[0]["rounds"]]
+    assert [entry["prompt_ids"] for entry in read_rounds(tmp_path / "full")] == [ids for ids, _ in ranks[0]["rounds"]]
+    resumed = _launch(tmp_path / "resumed", str(tmp_path / "full" / "checkpoint-4"), env=env)
+    assert resumed[0]["rounds"] == resumed[1]["rounds"] == ranks[0]["rounds"][4:]
+    assert resumed[0]["history"] == ranks[0]["history"]
 
 
 def test_a_stream_without_the_id_column_names_the_field(tmp_path):

@@ -192,6 +192,18 @@ def test_prompt_plus_completion_longer_than_the_context_fails_at_construction(tm
     check_context_length(model, tokenizer, dataset, args)  # exactly the context: accepted
 
 
+def test_a_stream_s_first_prompts_are_checked_against_the_context(tmp_path, model_and_tokenizer):
+    model, tokenizer = model_and_tokenizer
+    stream = prompt_dataset().to_iterable_dataset()
+    prompt = longest_prompt_tokens(stream, tokenizer)
+    assert prompt == len(tokenizer.encode("Question 10:", add_special_tokens=False))
+    context = model.config.max_position_embeddings
+    args = CoBAConfig(output_dir=str(tmp_path), prompt_id_column="uid", max_steps=2, **TINY_ARGS)
+    args.max_completion_length = context - prompt + 1
+    with pytest.raises(ValueError, match=rf"max_position_embeddings \({context}\).*at most {context - prompt}"):
+        check_context_length(model, tokenizer, stream, args)
+
+
 def test_chat_prompts_are_measured_with_the_chat_template(model_and_tokenizer):
     _, tokenizer = model_and_tokenizer
     messages = [{"role": "user", "content": "2+3="}]

@@ -1,7 +1,7 @@
 """Tiny CoBA runs on a streaming `IterableDataset`, for the one-process tests and the two-process script.
 
 `torchrun --nproc_per_node 2 tests/scripts/streaming_coba.py OUT_DIR [CHECKPOINT]` trains on a stream of 8 prompts in
-two shards of unequal length (5 and 3 rows), 4 prompts per round, over three passes, saving every step; every rank
+two shards of unequal length (5 and 3 rows), 4 prompts per round (3 with STREAM_PER_DEVICE=6), over three passes, saving every step; every rank
 writes what it planned and what reached its reward function to OUT_DIR/rank{R}.json.
 """
 
@@ -67,9 +67,11 @@ def stream_trainer(out_dir: str, dataset=None, by_step: bool = False, **override
 
 
 def main(out_dir: str, resume_from: str | None = None) -> None:
-    # 2 processes x 8 completions: 16 completions for 4 prompts per round, as one process with 16 gets.
+    # 2 processes x 8 completions: 16 completions for 4 prompts per round, as one process with 16 gets; with
+    # STREAM_PER_DEVICE=6, 12 completions for 3 prompts, which the two processes load as 2 + 2 (one padding row).
+    per_device = int(os.environ.get("STREAM_PER_DEVICE", "8"))
     trainer, reward, rounds = stream_trainer(
-        out_dir, per_device_train_batch_size=8, save_strategy="steps", save_steps=1
+        out_dir, per_device_train_batch_size=per_device, save_strategy="steps", save_steps=1
     )
     trainer.train(resume_from_checkpoint=resume_from)
     seen = {

@@ -87,7 +87,7 @@ class Record:
     was scored."""
 
     def __init__(self):
-        self.rounds, self.resets = [], []
+        self.rounds, self.resets, self.rollout_calls = [], [], []
 
     def reward(self, completions, task, **kwargs):
         """A reward function that records the round (it returns 0, so it does not move any advantage)."""
@@ -98,6 +98,19 @@ class Record:
         )
         self.resets = []
         return [0.0] * len(completions)
+
+    def rollout_func(self, prompts, trainer):
+        """A rollout_func written for GRPOTrainer: it reads its first prompt, then answers each distinct prompt
+        (every num_generations-th) num_generations times; records the group size of each call."""
+        tokenizer = trainer.processing_class
+        self.rollout_calls.append([len(prompts), trainer.num_generations, prompts[0][-1]["content"]])
+        prompt_ids, completion_ids = [], []
+        for prompt in prompts[:: trainer.num_generations]:
+            ids = tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=True, return_dict=False)
+            for _ in range(trainer.num_generations):
+                prompt_ids.append(ids)
+                completion_ids.append(tokenizer.encode(ANSWER, add_special_tokens=False))
+        return {"prompt_ids": prompt_ids, "completion_ids": completion_ids, "logprobs": None}
 
     def environment(self, name: str = "Adder"):
         """An environment class whose instances log to this record."""
@@ -171,6 +184,7 @@ def build(out_dir: str, mode: str, num_processes: int = 1, scripted: bool = True
 
     `environment`: one environment class, whose `get_reward` defines success. `environments`: a dict of two, routed
     by the `environment` column, prompt ids by row index. `tools`: a plain tool function and no environment.
+    `rollout_func`: `Record.rollout_func`, written for GRPOTrainer, and neither tools nor environments.
     """
     from coba_trl import CoBAConfig, CoBAGRPOTrainer
 
@@ -197,6 +211,10 @@ def build(out_dir: str, mode: str, num_processes: int = 1, scripted: bool = True
     elif mode == "environments":
         kwargs["environment_factory"] = {"odd": record.environment("Odd"), "even": record.environment("Even")}
         dataset = task_dataset(environments=["even", "odd"])
+    elif mode == "rollout_func":
+        config.update(prompt_id_column="task")
+        kwargs["rollout_func"] = record.rollout_func
+        dataset = task_dataset()
     else:
         config.update(prompt_id_column="task")
         kwargs["tools"] = [add]
@@ -258,6 +276,7 @@ def main(out_dir: str, mode: str) -> None:
     trainer, record, batch_sizes = build(out_dir, mode, num_processes=int(os.environ.get("WORLD_SIZE", "1")))
     trainer.train()
     seen = {"rounds": record.rounds, "batch_sizes": batch_sizes, "log_history": trainer.state.log_history}
+    seen["rollout_calls"] = record.rollout_calls
     with open(os.path.join(out_dir, f"rank{trainer.accelerator.process_index}.json"), "w") as f:
         json.dump(seen, f)
     if torch.distributed.is_initialized():

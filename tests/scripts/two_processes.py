@@ -13,7 +13,13 @@ TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--np
 
 def launch(script: Path, out_dir: Path, *args: str, env: dict | None = None, timeout: int = 540):
     """`script out_dir *args` on two processes, one torch thread each; the finished run (`subprocess` result)."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", **(env or {})}
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "HF_HUB_OFFLINE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        **(env or {}),
+    }
     return subprocess.run(
         [*TORCHRUN, str(script), str(out_dir), *args], env=env, capture_output=True, text=True, timeout=timeout
     )
