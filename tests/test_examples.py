@@ -261,6 +261,9 @@ def test_the_demo_relaunched_with_resume_true_skips_a_checkpoint_whose_save_was_
     assert f"[resume] from {tmp_path / 'checkpoint-2'}: no warm start" in printed
     summaries = _summaries(saved_demo, tmp_path)
     assert summaries[0] == summaries[1]
+    for step in (2, 4):  # the demo's own file is in each checkpoint before the checkpoint is marked complete
+        marker = saved_demo / f"checkpoint-{step}" / COMPLETE_FILE
+        assert "demo_before_rl.json" in json.loads(marker.read_text())["files"]
 
 
 def test_a_recipe_that_overflows_the_context_fails_before_training(tmp_path):
