@@ -1,4 +1,4 @@
-"""The CoBA state a checkpoint carries (`coba_state.json`), written atomically.
+"""What a checkpoint carries besides TRL's files (`coba_state.json`, written atomically), and when it is complete.
 
 Besides TRL's own files a CoBA checkpoint holds what the next allocations depend on: the allocator (F_t window ->
 alpha_t, beta_t), the pass-rate history p_i, TRL's micro-step counter (not checkpointed by TRL, so a resumed run would
