@@ -1,4 +1,4 @@
-"""The CoBA state a checkpoint carries (`coba_state.json`), written atomically.
+"""What a checkpoint carries besides TRL's files (`coba_state.json`, written atomically), and when it is complete.
 
 Besides TRL's own files a CoBA checkpoint holds what the next allocations depend on: the allocator (F_t window ->
 alpha_t, beta_t), the pass-rate history p_i, TRL's micro-step counter (not checkpointed by TRL, so a resumed run would
@@ -6,7 +6,13 @@ otherwise put its round boundaries in the wrong place) and the plan of the round
 inside a round lets the resumed run regenerate that round with the same group sizes for the same prompts, without
 observing it a second time (docs/training.md, "Checkpoints and exact resume").
 
-The file says which layout it has (`version`). This code reads `STATE_VERSION` 2 and version 1, the file written
+A checkpoint is complete once `coba_complete.json` is in it (`write_complete_marker`, after every process has saved):
+it lists each file with its size, so a file cut short, or missing, shows. `resume_from_checkpoint=True` takes the
+latest complete checkpoint (`latest_complete_checkpoint`), not the highest-numbered folder, and warns about a newer
+one a save left incomplete. A folder without the marker (stock TRL, an earlier coba-trl) counts as complete when its
+`trainer_state.json`, which transformers writes last, reads as JSON and its safetensors files are whole.
+
+The state file says which layout it has (`version`). This code reads `STATE_VERSION` 2 and version 1, the file written
 before exact resume (allocator and history only, no `version` key; a run resumed from it starts its next round
 afresh). A file from a newer coba-trl is refused with the fix (upgrade), never read by a guess.
 """
@@ -14,16 +20,25 @@ afresh). A file from a newer coba-trl is refused with the fix (upgrade), never r
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
+import re
 import tempfile
+from collections.abc import Callable
 
 import numpy as np
+from safetensors import safe_open
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from coba_trl.allocation.history import prompt_id_from_json
 
 STATE_FILE = "coba_state.json"
 STATE_VERSION = 2
+COMPLETE_FILE = "coba_complete.json"  # written last: the checkpoint's files and their sizes
+TRAINER_STATE_FILE = "trainer_state.json"  # transformers' TRAINER_STATE_NAME, the last file its save writes
+
+logger = logging.getLogger(__name__)
 
 
 def encode_round(prompt_ids: list, group_sizes, pass_rates) -> dict:
@@ -43,23 +58,134 @@ def decode_round(saved: dict, prompt_ids: list) -> tuple[np.ndarray, np.ndarray]
     return np.asarray(saved["group_sizes"], dtype=np.int64), pass_rates
 
 
+def _write_json_atomically(path: str, content: dict) -> None:
+    """Write `content` to `path` through a synced temporary file and an atomic rename: a crash mid-write leaves the
+    previous file (or none), never a truncated one."""
+    directory, name = os.path.split(path)
+    handle, temporary = tempfile.mkstemp(prefix=f".{name}.", dir=directory)
+    try:
+        with os.fdopen(handle, "w") as f:
+            json.dump(content, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        if os.path.exists(temporary):
+            os.remove(temporary)
+        raise
+
+
 def save_state(directory: str, state: dict) -> None:
     """Write `state` to `directory/coba_state.json` through a temporary file and an atomic rename.
 
     A crash mid-write leaves the previous file (or none), never a truncated one that would break a resume.
     """
     os.makedirs(directory, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(prefix=f".{STATE_FILE}.", dir=directory)
-    try:
-        with os.fdopen(handle, "w") as f:
-            json.dump({"version": STATE_VERSION, **state}, f)
-            f.flush()
+    _write_json_atomically(os.path.join(directory, STATE_FILE), {"version": STATE_VERSION, **state})
+
+
+def start_checkpoint(directory: str, state: dict) -> None:
+    """Begin a checkpoint save into `directory`: drop what would make a half-rewritten folder look complete (the
+    marker and `trainer_state.json` of an earlier save into the same folder, which this save replaces), then write
+    the CoBA state."""
+    for name in (COMPLETE_FILE, TRAINER_STATE_FILE):
+        if os.path.exists(os.path.join(directory, name)):
+            os.remove(os.path.join(directory, name))
+    save_state(directory, state)
+
+
+def _checkpoint_files(directory: str) -> dict[str, int]:
+    """Every file under `directory` but the marker, by path relative to it, with its size."""
+    sizes = {}
+    for root, _, names in os.walk(directory):
+        for name in names:
+            path = os.path.join(root, name)
+            relative = os.path.relpath(path, directory)
+            if relative != COMPLETE_FILE:
+                sizes[relative] = os.path.getsize(path)
+    return dict(sorted(sizes.items()))
+
+
+def write_complete_marker(directory: str) -> None:
+    """Mark the checkpoint in `directory` complete: sync its files to disk, then write `coba_complete.json` (each
+    file and its size) atomically. Call it once every process has finished saving."""
+    sizes = _checkpoint_files(directory)
+    for relative in sizes:
+        with open(os.path.join(directory, relative), "rb") as f:
             os.fsync(f.fileno())
-        os.replace(temporary, os.path.join(directory, STATE_FILE))
-    except BaseException:
-        if os.path.exists(temporary):
-            os.remove(temporary)
-        raise
+    _write_json_atomically(os.path.join(directory, COMPLETE_FILE), {"files": sizes})
+    folder = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(folder)
+    finally:
+        os.close(folder)
+
+
+def incomplete_reason(directory: str) -> str | None:
+    """Why the checkpoint in `directory` is incomplete (a save cut short), or None when it is complete.
+
+    With the marker: every file it lists is there with its size. Without (a checkpoint from stock TRL or an earlier
+    coba-trl): `trainer_state.json`, the last file transformers writes, reads as JSON, and each safetensors file is
+    whole (its header and its size agree)."""
+    marker = os.path.join(directory, COMPLETE_FILE)
+    if os.path.exists(marker):
+        try:
+            with open(marker) as f:
+                listed = json.load(f)["files"]
+        except (OSError, ValueError, KeyError, TypeError):
+            return f"{COMPLETE_FILE} is unreadable"
+        present = _checkpoint_files(directory)
+        for relative, size in listed.items():
+            if relative not in present:
+                return f"{relative} is missing"
+            if present[relative] != size:
+                return f"{relative} has {present[relative]} bytes, not the {size} it was saved with"
+        return None
+    try:
+        with open(os.path.join(directory, TRAINER_STATE_FILE)) as f:
+            json.load(f)
+    except FileNotFoundError:
+        return f"no {TRAINER_STATE_FILE}"
+    except (OSError, ValueError):
+        return f"{TRAINER_STATE_FILE} is cut short"
+    for relative in _checkpoint_files(directory):
+        if relative.endswith(".safetensors"):
+            try:
+                with safe_open(os.path.join(directory, relative), framework="pt"):
+                    pass
+            except Exception:  # safetensors raises its own SafetensorError, or OSError
+                return f"{relative} is cut short"
+    return None
+
+
+def latest_complete_checkpoint(output_dir: str, warn: Callable[[str], None] = logger.warning) -> str:
+    """The highest-numbered complete `checkpoint-N` folder in `output_dir`, what `resume_from_checkpoint=True` resumes.
+
+    Newer folders a save left incomplete are skipped, with one warning line (`warn`) naming them and the checkpoint
+    used instead. A `ValueError` when `output_dir` holds no checkpoint, or no complete one.
+    """
+    pattern = re.compile(rf"{PREFIX_CHECKPOINT_DIR}-(\d+)")
+    names = os.listdir(output_dir) if os.path.isdir(output_dir) else []
+    steps = {int(m.group(1)): name for name in names if (m := pattern.fullmatch(name))}
+    folders = [os.path.join(output_dir, steps[step]) for step in sorted(steps, reverse=True)]
+    folders = [folder for folder in folders if os.path.isdir(folder)]
+    torn = []
+    for folder in folders:
+        reason = incomplete_reason(folder)
+        if reason is None:
+            if torn:
+                warn(f"Skipping {'; '.join(torn)}: a save cut short. Resuming from {folder}, the latest complete one.")
+            return folder
+        torn.append(f"{folder} ({reason})")
+    if torn:
+        raise ValueError(
+            f"resume_from_checkpoint=True found no complete checkpoint in {output_dir}: {'; '.join(torn)}, each a save "
+            "cut short. Delete them to train from the start."
+        )
+    raise ValueError(
+        f"resume_from_checkpoint=True found no {PREFIX_CHECKPOINT_DIR}-N folder in {output_dir}. Train without "
+        "resume_from_checkpoint to start from the beginning."
+    )
 
 
 def load_state(directory: str) -> dict | None:

@@ -25,7 +25,14 @@ from accelerate.utils import gather_object
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl import GRPOTrainer
 
-from coba_trl.checkpoint import STATE_FILE, encode_round, load_state, save_state
+from coba_trl.checkpoint import (
+    STATE_FILE,
+    encode_round,
+    latest_complete_checkpoint,
+    load_state,
+    start_checkpoint,
+    write_complete_marker,
+)
 from coba_trl.compat import check_trl_compatibility
 from coba_trl.config import CoBAConfig
 from coba_trl.distributed import shared_call
@@ -132,6 +139,8 @@ class CoBAGRPOTrainer(GRPOTrainer):
         # A fresh run starts a new allocation log; a resumed one trims it in `_load_optimizer_and_scheduler`.
         if self._round_log is not None and not resume_from_checkpoint:
             shared_call(self._round_log.start, self.accelerator)
+        if resume_from_checkpoint is True:  # the latest complete checkpoint, not the highest-numbered folder
+            resume_from_checkpoint = latest_complete_checkpoint(self.args.output_dir, warn=logger.warning)
         output = super().train(resume_from_checkpoint, *args, **kwargs)
         if self.accelerator.num_processes > 1:
             self.accelerator.wait_for_everyone()  # every process is done with the run's collectives (docs/training.md)
@@ -274,8 +283,10 @@ class CoBAGRPOTrainer(GRPOTrainer):
             "micro_step": self._step,
             "round": self._current_round,
         }
-        shared_call(lambda: save_state(folder, state), self.accelerator, run_here=self.args.should_save)
+        shared_call(lambda: start_checkpoint(folder, state), self.accelerator, run_here=self.args.should_save)
         super()._save_checkpoint(model, trial)
+        self.accelerator.wait_for_everyone()  # every process's files are written before the marker that says so
+        shared_call(lambda: write_complete_marker(folder), self.accelerator, run_here=self.args.should_save)
 
     def _load_optimizer_and_scheduler(self, checkpoint):
         super()._load_optimizer_and_scheduler(checkpoint)

@@ -7,8 +7,9 @@ reward (2 to 3 minutes on 2 idle CPU cores, no network). The defaults below are 
 The demo writes to outputs/cpu_demo; with flags and no --output_dir, to a folder named after the flags
 (outputs/cpu_demo-budget_allocator_knapsack-max_steps_40 below). It never replaces a finished run's results unless
 --overwrite_output_dir is given. --save_steps N saves a checkpoint every N steps, and --resume_from_checkpoint
-continues from one (no second warm start). With --model_name_or_path (a Hub id or a local directory) the defaults
-are TRL's GRPOConfig defaults (bf16, output_dir trainer_output, ...), as in any TRL script.
+continues from one (no second warm start; `true`: the latest complete one in the output folder). With
+--model_name_or_path (a Hub id or a local directory) the defaults are TRL's GRPOConfig defaults (bf16, output_dir
+trainer_output, ...), as in any TRL script.
 
 Every field of ScriptArguments, CoBAConfig (TRL's GRPOConfig plus the CoBA fields), ModelConfig and DemoArguments
 is a flag; --config FILE.yaml sets any of them from a file, and flags override the file.
@@ -56,7 +57,7 @@ from coba_trl.config import coba_field_names  # noqa: E402
 from coba_trl.data import DAPO_HUB_ID, load_dapo_math  # noqa: E402
 from coba_trl.data.sources import LOCAL_MODEL, require_hub  # noqa: E402
 from coba_trl.demo.config import DEMO_MODEL_ARGS, DEMO_TRAINING_ARGS, DemoArguments  # noqa: E402
-from coba_trl.demo.flags import check_max_steps, check_output_dir, flagged_output_dir  # noqa: E402
+from coba_trl.demo.flags import check_max_steps, check_output_dir, flagged_output_dir, resumes_latest  # noqa: E402
 from coba_trl.demo.run import run_demo  # noqa: E402
 from coba_trl.demo.task import make_problems, to_prompt_dataset  # noqa: E402
 from coba_trl.distributed import leave_multiprocess_cpu_run  # noqa: E402
@@ -173,7 +174,8 @@ def train(script_args: ScriptArguments, training_args: CoBAConfig, model_args: M
         peft_config=get_peft_config(model_args),
         quantization_config=get_quantization_config(model_args),
     )
-    trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+    checkpoint = training_args.resume_from_checkpoint
+    trainer.train(resume_from_checkpoint=True if resumes_latest(checkpoint) else checkpoint)
     trainer.save_model(training_args.output_dir)
     trainer.save_state()  # trainer_state.json (the log history) for `python -m coba_trl.plot <output_dir>`
     trainer.create_model_card(dataset_name=script_args.dataset_name)  # TRL's card, completed with the CoBA settings
@@ -253,7 +255,7 @@ def parse(argv: list[str]) -> tuple[ScriptArguments, CoBAConfig, ModelConfig, De
     if "output_dir" in given:
         return parsed
     checkpoint = parsed[1].resume_from_checkpoint
-    if checkpoint:
+    if checkpoint and not resumes_latest(checkpoint):
         output_dir = os.path.dirname(os.path.normpath(checkpoint))
     else:
         defaults = make_parser()
@@ -286,9 +288,9 @@ def main(argv: list[str] | None = None) -> None:
     check_max_steps(training_args.max_steps)
     check_output_dir(training_args.output_dir, demo_args.overwrite_output_dir)
     if training_args.process_index == 0:
-        start = (
-            f"resumed from {training_args.resume_from_checkpoint}, " if training_args.resume_from_checkpoint else ""
-        )
+        checkpoint = training_args.resume_from_checkpoint
+        latest = "its latest complete checkpoint" if resumes_latest(checkpoint) else checkpoint
+        start = f"resumed from {latest}, " if checkpoint else ""
         print(
             "coba-trl: no model_name_or_path, so this is the offline CPU demo (tiny Qwen2 model, arithmetic task, "
             f"{training_args.budget_allocator} allocator, {start}{training_args.max_steps} RL steps); output: "

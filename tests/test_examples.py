@@ -7,12 +7,15 @@ import glob
 import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
+
+from coba_trl.checkpoint import COMPLETE_FILE
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPES = sorted(glob.glob(str(ROOT / "recipes" / "*.yaml")))
@@ -206,25 +209,61 @@ def test_short_demo_through_accelerate_launch(tmp_path):
     assert result.stdout.count("[demo] held-out accuracy") == 1
 
 
+@pytest.fixture(scope="module")
+def saved_demo(tmp_path_factory):
+    """The short demo, saving a checkpoint every 2 of its 4 steps."""
+    full = tmp_path_factory.mktemp("full")
+    load_script().main([*SHORT_DEMO, "--save_steps", "2", "--output_dir", str(full)])
+    return full
+
+
+def _summaries(*runs):
+    summaries = [json.loads((run / "demo_summary.json").read_text()) for run in runs]
+    for summary in summaries:
+        del summary["rl_wall_time_s"], summary["wall_time_s"]
+    return summaries
+
+
 @pytest.mark.slow
-def test_a_resumed_demo_ends_where_the_uninterrupted_one_does(tmp_path):
+def test_a_resumed_demo_ends_where_the_uninterrupted_one_does(tmp_path, saved_demo):
     from safetensors.torch import load_file
 
     script = load_script()
-    full, resumed = tmp_path / "full", tmp_path / "resumed"
-    script.main([*SHORT_DEMO, "--save_steps", "2", "--output_dir", str(full)])
+    full, resumed = saved_demo, tmp_path / "resumed"
     checkpoint = str(full / "checkpoint-2")
     script.main(
         [*SHORT_DEMO, "--save_steps", "2", "--resume_from_checkpoint", checkpoint, "--output_dir", str(resumed)]
     )
-    summaries = [json.loads((run / "demo_summary.json").read_text()) for run in (full, resumed)]
-    for summary in summaries:
-        del summary["rl_wall_time_s"], summary["wall_time_s"]
+    summaries = _summaries(full, resumed)
     assert summaries[0] == summaries[1]
     weights = [load_file(run / "model.safetensors") for run in (full, resumed)]
     assert all(torch.equal(weights[0][name], weights[1][name]) for name in weights[0])
     histories = [json.loads((run / "trainer_state.json").read_text())["log_history"] for run in (full, resumed)]
     assert [record.get("reward") for record in histories[0]] == [record.get("reward") for record in histories[1]]
+
+
+@pytest.mark.slow
+def test_the_demo_relaunched_with_resume_true_skips_a_checkpoint_whose_save_was_cut_short(
+    tmp_path, saved_demo, capsys
+):
+    # Stopped while saving checkpoint-4 (trainer_state.json and the marker never written): the same command with
+    # --resume_from_checkpoint true resumes from checkpoint-2 in its folder and ends as the uninterrupted run.
+    for step in (2, 4):
+        shutil.copytree(saved_demo / f"checkpoint-{step}", tmp_path / f"checkpoint-{step}")
+    for name in ("trainer_state.json", COMPLETE_FILE):
+        (tmp_path / "checkpoint-4" / name).unlink()
+    capsys.readouterr()
+    load_script().main(
+        [*SHORT_DEMO, "--save_steps", "2", "--resume_from_checkpoint", "true", "--output_dir", str(tmp_path)]
+    )
+    printed = capsys.readouterr().out
+    assert f"Skipping {tmp_path / 'checkpoint-4'} (no trainer_state.json)" in printed
+    assert f"[resume] from {tmp_path / 'checkpoint-2'}: no warm start" in printed
+    summaries = _summaries(saved_demo, tmp_path)
+    assert summaries[0] == summaries[1]
+    for step in (2, 4):  # the demo's own file is in each checkpoint before the checkpoint is marked complete
+        marker = saved_demo / f"checkpoint-{step}" / COMPLETE_FILE
+        assert "demo_before_rl.json" in json.loads(marker.read_text())["files"]
 
 
 def test_a_recipe_that_overflows_the_context_fails_before_training(tmp_path):

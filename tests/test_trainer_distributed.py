@@ -2,6 +2,7 @@
 agree on everything, a resume inside a round continues the uninterrupted run exactly, and uniform allocation plans
 GRPO's rounds."""
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -10,6 +11,7 @@ import transformers
 from packaging.version import Version
 from scripts.two_processes import launch, run_ranks
 
+from coba_trl.checkpoint import COMPLETE_FILE
 from coba_trl.rounds.grouping import deal_groups, expected_length_weight
 from coba_trl.rounds.log import read_rounds
 
@@ -69,6 +71,9 @@ def test_two_process_resume_inside_a_round_is_exact(tmp_path):
     assert resumed[0]["history"] == full[0]["history"]
     assert resumed[0]["allocator"] == full[0]["allocator"]
     assert resumed[0]["global_step"] == full[0]["global_step"] == 8
+    for step in range(1, 9):  # marked complete once both processes had saved their random state
+        listed = json.loads((tmp_path / "full" / f"checkpoint-{step}" / COMPLETE_FILE).read_text())["files"]
+        assert {"rng_state_0.pth", "rng_state_1.pth", "trainer_state.json", "model.safetensors"} <= set(listed)
 
 
 @pytest.mark.slow

@@ -7,17 +7,20 @@ round observed twice, or one skipped, would show in the final state.
 """
 
 import json
+import logging
 import os
+import shutil
 
 import pytest
+import torch
 from scripts.tiny_coba import TINY_ARGS, RoundRecorder, prompt_dataset, step_reward, tiny_model
 
 from coba_trl import CoBAConfig, CoBAGRPOTrainer
-from coba_trl.checkpoint import STATE_FILE, load_state, save_state
+from coba_trl.checkpoint import COMPLETE_FILE, STATE_FILE, incomplete_reason, load_state, save_state
 from coba_trl.rounds.log import ROUNDS_FILE, read_rounds
 
 
-def _trainer(output_dir, dataset, **overrides):
+def _trainer(output_dir, dataset, reward=step_reward, **overrides):
     model, tokenizer = tiny_model()
     config = dict(
         per_device_train_batch_size=8,
@@ -29,7 +32,7 @@ def _trainer(output_dir, dataset, **overrides):
         **{**TINY_ARGS, "save_strategy": "steps", "save_steps": 1},
     )
     args = CoBAConfig(output_dir=str(output_dir), **{**config, **overrides})
-    return CoBAGRPOTrainer(model, step_reward, args=args, train_dataset=dataset, processing_class=tokenizer)
+    return CoBAGRPOTrainer(model, reward, args=args, train_dataset=dataset, processing_class=tokenizer)
 
 
 def _assert_resume_is_exact(tmp_path, checkpoint_step, dataset, **overrides):
@@ -191,3 +194,54 @@ def test_a_crash_while_writing_leaves_the_previous_state(tmp_path, monkeypatch):
         save_state(str(tmp_path), {"allocator": {"a": 2}})
     assert (tmp_path / STATE_FILE).read_text() == before
     assert os.listdir(tmp_path) == [STATE_FILE]  # no temporary file left behind
+
+
+def _first_letter_reward(completions, **kwargs):
+    """1.0 when a completion starts with an even byte: groups mix successes and failures, so every step learns."""
+    return [float(bool(c) and ord(c[0]) % 2 == 0) for c in completions]
+
+
+def _losses(trainer):
+    return {logs["step"]: logs["loss"] for logs in trainer.state.log_history if "loss" in logs}
+
+
+@pytest.fixture(scope="module")
+def saved_run(tmp_path_factory):
+    """A run of 8 steps with a checkpoint after each, its losses by step and its final weights."""
+    output_dir = tmp_path_factory.mktemp("saved")
+    trainer = _trainer(output_dir, prompt_dataset(8, repeats=2), _first_letter_reward, prompt_id_column="uid")
+    trainer.train()
+    return output_dir, _losses(trainer), {k: v.clone() for k, v in trainer.model.state_dict().items()}
+
+
+def _cut_short(checkpoint, tear):
+    """What a save stopped partway leaves: no marker, and `trainer_state.json` not written, or the weights cut short
+    (with `trainer_state.json` kept, so only the weights give the tear away)."""
+    os.remove(checkpoint / COMPLETE_FILE)
+    if tear == "no-trainer-state":
+        os.remove(checkpoint / "trainer_state.json")
+    else:
+        weights = checkpoint / "model.safetensors"
+        weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+
+
+@pytest.mark.parametrize("tear", ["no-trainer-state", "weights-cut-short"])
+def test_resume_true_skips_a_checkpoint_whose_save_was_cut_short(tmp_path, saved_run, tear, caplog):
+    # Stopped while writing checkpoint-6: checkpoints 7 and 8 were never written, checkpoint-6 is torn. The
+    # relaunch (resume_from_checkpoint=True) resumes from checkpoint-5 and trains steps 6 to 8 as the run did.
+    source, losses, weights = saved_run
+    shutil.copytree(source, tmp_path, dirs_exist_ok=True)
+    for step in (7, 8):
+        shutil.rmtree(tmp_path / f"checkpoint-{step}")
+    _cut_short(tmp_path / "checkpoint-6", tear)
+    resumed = _trainer(tmp_path, prompt_dataset(8, repeats=2), _first_letter_reward, prompt_id_column="uid")
+    with caplog.at_level(logging.WARNING):
+        resumed.train(resume_from_checkpoint=True)
+    assert _losses(resumed) == losses and sorted(losses) == [1, 2, 3, 4, 5, 6, 7, 8]
+    retrained = [logs for logs in resumed.state.log_history if "loss" in logs and logs["step"] > 5]
+    assert len(retrained) == 3 and all(logs["grad_norm"] > 0 for logs in retrained)  # steps 6 to 8 learned again
+    assert all(torch.equal(value, weights[name]) for name, value in resumed.model.state_dict().items())
+    (warning,) = [r.getMessage() for r in caplog.records if "cut short" in r.getMessage()]
+    assert str(tmp_path / "checkpoint-6") in warning and f"Resuming from {tmp_path / 'checkpoint-5'}," in warning
+    assert "\n" not in warning
+    assert incomplete_reason(str(tmp_path / "checkpoint-6")) is None  # saved again, whole this time

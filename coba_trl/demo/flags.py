@@ -8,7 +8,8 @@
 - ``--save_steps N`` alone turns on step saving (the demo's default ``save_strategy`` is ``"no"``).
 - ``--max_steps`` must be a positive number of RL steps.
 - ``--resume_from_checkpoint DIR`` must name a checkpoint of a demo run: it holds the model, the CoBA state and the
-  held-out accuracy measured before RL, so the warm start is not run again.
+  held-out accuracy measured before RL, so the warm start is not run again. ``--resume_from_checkpoint true`` (the
+  trainer's ``resume_from_checkpoint=True``) resumes from the latest complete checkpoint in the output folder.
 """
 
 from __future__ import annotations
@@ -60,6 +61,12 @@ def check_max_steps(max_steps: int) -> None:
             f"max_steps is {max_steps}: the demo trains for a set number of RL steps. Pass a positive --max_steps "
             "(the demo's default is 100; its first epoch, 32 steps, splits the budget uniformly)."
         )
+
+
+def resumes_latest(checkpoint: str | None) -> bool:
+    """Whether ``--resume_from_checkpoint`` says ``true``: the latest complete checkpoint in the output folder, as
+    `train(resume_from_checkpoint=True)` (a folder named ``true`` is still that folder)."""
+    return checkpoint is not None and checkpoint.lower() == "true" and not os.path.isdir(checkpoint)
 
 
 def check_checkpoint(checkpoint: str) -> None:

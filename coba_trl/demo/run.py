@@ -21,11 +21,12 @@ import torch
 from transformers import TrainerCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
+from coba_trl.checkpoint import latest_complete_checkpoint
 from coba_trl.config import CoBAConfig
 from coba_trl.demo.accuracy import heldout_accuracy
 from coba_trl.demo.config import DemoArguments
 from coba_trl.demo.console import use_compact_console
-from coba_trl.demo.flags import BEFORE_RL_FILE, SUMMARY_FILE, check_checkpoint
+from coba_trl.demo.flags import BEFORE_RL_FILE, SUMMARY_FILE, check_checkpoint, resumes_latest
 from coba_trl.demo.model import build_demo_model
 from coba_trl.demo.task import Problem, demo_problem_sets, to_prompt_dataset
 from coba_trl.demo.warm_start import warm_start
@@ -66,16 +67,22 @@ class HeldoutAccuracyCallback(TrainerCallback):
 
 
 class BeforeRLRecord(TrainerCallback):
-    """Writes the held-out accuracy before RL into every checkpoint, so a resumed run needs no second warm start."""
+    """Writes the held-out accuracy before RL into every checkpoint, so a resumed run needs no second warm start.
+
+    Written when the Trainer is about to save (it saves right after these hooks), so the file is in the checkpoint
+    before the checkpoint is marked complete (`coba_trl.checkpoint`)."""
 
     def __init__(self, before: dict):
         self.before = before
 
-    def on_save(self, args, state, control, **kwargs):
-        if state.is_world_process_zero:
+    def on_step_end(self, args, state, control, **kwargs):
+        if control.should_save and state.is_world_process_zero:
             checkpoint = os.path.join(args.output_dir, f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}")
+            os.makedirs(checkpoint, exist_ok=True)
             with open(os.path.join(checkpoint, BEFORE_RL_FILE), "w") as handle:
                 json.dump(self.before, handle, indent=2)
+
+    on_epoch_end = on_step_end
 
 
 def generation_rounds(args: CoBAConfig, global_steps: int) -> int:
@@ -133,6 +140,8 @@ def run_demo(
     )
     max_new_tokens = training_args.max_completion_length
     checkpoint = training_args.resume_from_checkpoint
+    if resumes_latest(checkpoint):
+        checkpoint = latest_complete_checkpoint(training_args.output_dir, warn=say)
     if checkpoint:
         check_checkpoint(checkpoint)
         with open(os.path.join(checkpoint, BEFORE_RL_FILE)) as handle:
