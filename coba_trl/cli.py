@@ -38,11 +38,12 @@ def config_path(argv: list[str]) -> str | None:
     return argv[index + 1]
 
 
-def read_config(path: str) -> dict:
-    """The settings of the config file at `path`; exits with one line when it is missing or not a YAML mapping."""
+def read_config(path: str, flag: str = CONFIG_FLAG) -> dict:
+    """The settings of the config file at `path` (given as `flag`); exits with one line when it is missing or not a
+    YAML mapping."""
     if not os.path.isfile(path):
         what = "is a folder, not a file" if os.path.isdir(path) else "does not exist"
-        fail(f"config file {path} {what} (--config {path}); pass the path of a YAML file, e.g. recipes/cpu_demo.yaml.")
+        fail(f"config file {path} {what} ({flag} {path}); pass the path of a YAML file, e.g. recipes/cpu_demo.yaml.")
     try:
         with open(path) as handle:
             settings = yaml.safe_load(handle)
@@ -63,7 +64,8 @@ def settings_from_config(argv: list[str]) -> dict:
     return {} if path is None else read_config(path)
 
 
-def _did_you_mean(name: str, candidates: list[str], quote: str) -> str:
+def did_you_mean(name: str, candidates: list[str], quote: str) -> str:
+    """`; did you mean <the closest candidates>?` for a misspelled `name`, or where --help lists them."""
     close = difflib.get_close_matches(name, candidates, n=3, cutoff=0.6)
     if not close:
         return "; --help lists every option."
@@ -83,7 +85,7 @@ def check_config_keys(parser: argparse.ArgumentParser, argv: list[str]) -> None:
     known = field_names(parser)
     for key in read_config(path):
         if key not in known:
-            hint = _did_you_mean(str(key).replace("-", "_"), known, "`")
+            hint = did_you_mean(str(key).replace("-", "_"), known, "`")
             fail(f"unknown key `{key}` in config file {path}{hint}", parser.prog)
 
 
@@ -94,7 +96,7 @@ def check_flag_names(parser: argparse.ArgumentParser, argv: list[str]) -> None:
     for token in argv:
         flag = token.split("=", 1)[0]
         if flag.startswith("--") and not any(option.startswith(flag) for option in known):  # argparse takes prefixes
-            fail(f"unknown option {flag}{_did_you_mean('--' + flag[2:].replace('-', '_'), spelled, '')}", parser.prog)
+            fail(f"unknown option {flag}{did_you_mean('--' + flag[2:].replace('-', '_'), spelled, '')}", parser.prog)
 
 
 def check_command_line(parser: argparse.ArgumentParser, argv: list[str]) -> None:

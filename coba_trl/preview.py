@@ -22,14 +22,16 @@ recomputed from it and the pass rates.
         --recipe recipes/qwen2.5-7b-instruct_coba.yaml   # the run a training config describes
 
 The core (`allocation_preview`) is numpy and the allocators; the command adds the sampler's order and the files.
+What the command reads, and its one-line error for each bad input, is `coba_trl.preview_inputs`.
 """
 
 from __future__ import annotations
 
-import dataclasses
+import functools
 import json
 import math
 import os
+import sys
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -213,19 +215,23 @@ class PreviewArguments:
 
     Parameters:
         pass_rates (`str`):
-            A .parquet / .jsonl / .json file (or folder) or a Hub dataset with a pass-rate column, such as the
-            `train_pass_rates.parquet` that `examples/evaluate.py --train_dataset` writes. Also the first argument.
+            A .parquet / .jsonl / .json file (or folder of them) or a Hub dataset with a pass-rate column, such as
+            the `train_pass_rates.parquet` that `examples/evaluate.py --train_dataset` writes, or a .json file holding
+            a bare list of pass rates in dataset order. Also the first argument.
         pass_rate_column (`str`, *optional*, defaults to `"pass_rate"`):
-            The column of pass rates in [0, 1] (None / NaN = unknown).
+            The column of pass rates in [0, 1] (null / NaN = unknown).
         recipe (`str` or `None`, *optional*, defaults to `None`):
             A training config (`examples/train_qwen.py --config FILE`): its `CoBAConfig` fields set the run previewed
-            (flags override them); its other keys (model, dataset) are ignored.
+            (flags override them); its other keys (model, dataset) are checked but not used.
         preview_dir (`str` or `None`, *optional*, defaults to `None`):
             Where `allocation_preview.md` and `.json` go; None = the folder of the pass-rate file (or `outputs`).
     """
 
     pass_rates: str = field(
-        metadata={"help": "File (or Hub dataset) with a pass-rate column; also the first argument."}
+        metadata={
+            "help": "A .parquet, .jsonl or .json file (or a folder of them) or Hub dataset with a pass-rate column, "
+            "or a .json file holding a list of pass rates; also the first argument."
+        }
     )
     pass_rate_column: str = field(default="pass_rate", metadata={"help": "The column of pass rates in [0, 1]."})
     recipe: str | None = field(
@@ -237,14 +243,13 @@ class PreviewArguments:
 
 
 def main(argv: list[str] | None = None) -> Preview:
-    import sys
-
+    """The preview of the command line `argv` (`sys.argv[1:]` when None); each bad input exits with one line on
+    stderr (status 2) that names the flag or file and the fix."""
     from trl import TrlParser
 
-    from coba_trl.cli import check_command_line, read_config
+    from coba_trl.cli import CONFIG_FLAG, check_command_line, fail
     from coba_trl.config import CoBAConfig
-    from coba_trl.data.sources import load_table
-    from coba_trl.validation import check_prior_values
+    from coba_trl.preview_inputs import read_pass_rates, recipe_path, recipe_settings
 
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv and not argv[0].startswith("-"):
@@ -254,23 +259,25 @@ def main(argv: list[str] | None = None) -> Preview:
         usage="python -m coba_trl.preview PASS_RATES [--recipe TRAINING.yaml] [--FIELD VALUE ...]",
         description=__doc__,
     )
-    check_command_line(parser, argv)
-    parser.set_defaults_with_config(use_cpu=True, report_to="none", output_dir="outputs")  # no effect on the preview
-    recipe = argv[argv.index("--recipe") + 1] if "--recipe" in argv[:-1] else None
-    if recipe is not None:
-        known = {f.name for f in dataclasses.fields(CoBAConfig)}
-        parser.set_defaults_with_config(**{k: v for k, v in read_config(recipe).items() if k in known})
-    preview_args, config = parser.parse_args_and_config(args=argv)
-    table = load_table(preview_args.pass_rates)
-    column = preview_args.pass_rate_column
-    if column not in table.column_names:
-        raise ValueError(
-            f"pass_rate_column is {column!r}, but {preview_args.pass_rates} has no such column (columns: "
-            f"{table.column_names}). Pass --pass_rate_column with the column of pass rates."
+    parser.error = functools.partial(fail, prog=parser.prog)  # argparse's usage errors in one line too
+    if any(token.split("=", 1)[0] == CONFIG_FLAG for token in argv):
+        fail(
+            "the preview has no --config; pass a training config as --recipe FILE.yaml, and any CoBAConfig field as "
+            "a flag (--generation_batch_size 4096).",
+            parser.prog,
         )
-    rates = table[column]
-    check_prior_values(rates, column)
-    preview = preview_run([math.nan if r is None else r for r in rates], config)
+    check_command_line(parser, argv)
+    no_effect = {"use_cpu": True, "report_to": "none", "output_dir": "outputs", "activation_checkpointing": False}
+    parser.set_defaults_with_config(**no_effect)  # training settings, which the preview does not use
+    recipe = recipe_path(argv, parser.prog)
+    if recipe is not None:
+        parser.set_defaults_with_config(**recipe_settings(recipe, parser.prog))
+    try:
+        preview_args, config = parser.parse_args_and_config(args=argv)  # a value CoBAConfig refuses: ValueError
+        rates = read_pass_rates(preview_args.pass_rates, preview_args.pass_rate_column)
+        preview = preview_run([math.nan if r is None else r for r in rates], config)
+    except ValueError as error:
+        fail(" ".join(str(error).split()), parser.prog)
     folder = preview_args.preview_dir or (
         os.path.dirname(preview_args.pass_rates) if os.path.isfile(preview_args.pass_rates) else "outputs"
     )

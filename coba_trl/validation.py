@@ -191,7 +191,7 @@ def check_prompt_ids(values, column: str) -> None:
 
 def check_prior_values(values, column: str) -> None:
     """Every offline prior must be a pass rate in [0, 1], or None / NaN for unknown."""
-    bad = [(row, value) for row, value in enumerate(values) if not _is_pass_rate_or_unknown(value)]
+    bad = invalid_pass_rates(values)
     if bad:
         row, value = bad[0]
         raise ValueError(
@@ -199,6 +199,11 @@ def check_prior_values(values, column: str) -> None:
             f"{len(bad)} row(s) do not, the first is row {row} with {value!r}. If the column holds percentages, divide "
             f"it by 100 (`dataset.map(lambda row: {{{column!r}: row[{column!r}] / 100}})`)."
         )
+
+
+def invalid_pass_rates(values) -> list[tuple[int, object]]:
+    """(row, value) of each value that is neither a pass rate in [0, 1] nor None / NaN (unknown)."""
+    return [(row, value) for row, value in enumerate(values) if not _is_pass_rate_or_unknown(value)]
 
 
 def _is_pass_rate_or_unknown(value) -> bool:

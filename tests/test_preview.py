@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -124,3 +127,110 @@ def test_evaluate_previews_the_allocation_of_the_pass_rates_it_writes(tmp_path, 
     assert written["settings"]["budget"] == 256 and written["settings"]["rounds"] == 1  # the demo's round: 32 x 8
     uniform = _mixed_by_hand(scored["pass_rate"], written["group_sizes"]["uniform"])
     assert written["expected_mixed_groups_per_round"]["uniform"] == pytest.approx(uniform)
+
+
+def _write_inputs(folder: Path) -> None:
+    """One file per bad input of the command-line tests, and good pass rates beside them."""
+    rates = [0.0, 0.125, 0.5, 0.875, 1.0, 0.25, 0.75, 0.375] * 8
+    Dataset.from_dict({"pass_rate": rates}).to_parquet(folder / "rates.parquet")
+    Dataset.from_dict({"pass_rate": [100 * r for r in rates]}).to_parquet(folder / "percent.parquet")
+    (folder / "rates.csv").write_text("pass_rate\n" + "".join(f"{r}\n" for r in rates))
+    (folder / "empty.jsonl").write_text("")
+    (folder / "broken.json").write_text('{"pass_rate": 0.5,\n')
+    (folder / "list.json").write_text(json.dumps(rates))
+    (folder / "words.json").write_text(json.dumps([0.5, "high", 0.25]))
+    (folder / "typo.yaml").write_text("generation_batch_size: 64\nmax_generation: 32\nmodel_name_or_path: m\n")
+
+
+SMALL_RUN = ["--generation_batch_size", "64", "--num_generations", "8"]
+
+BAD_INPUTS = {  # name: (arguments after the folder's files, words the one line must hold)
+    "recipe key": (
+        ["rates.parquet", "--recipe", "typo.yaml"],
+        ["unknown key `max_generation`", "did you mean `max_generations`", "--recipe"],
+    ),
+    "pass rate outside [0, 1]": (
+        ["percent.parquet", *SMALL_RUN],
+        ["--pass_rate_column 'pass_rate'", "in [0, 1]", "the first is row 1 with 12.5", "divide them by 100"],
+    ),
+    "missing column": (
+        ["rates.parquet", "--pass_rate_column", "rate", *SMALL_RUN],
+        ["--pass_rate_column is 'rate'", "columns: ['pass_rate']"],
+    ),
+    "missing file": (
+        ["nowhere.parquet", *SMALL_RUN],
+        ["nowhere.parquet does not exist", "pass an existing .parquet, .jsonl or .json file"],
+    ),
+    "csv file": (
+        ["rates.csv", *SMALL_RUN],
+        ["rates.csv is a .csv file", "reads a .parquet, .jsonl or .json file", "from_csv"],
+    ),
+    "config rule": (
+        ["rates.parquet", *SMALL_RUN, "--min_generations", "9"],
+        ["min_generations (9) must not exceed num_generations (8)", "lower min_generations"],
+    ),
+    "unreadable file": (["broken.json", *SMALL_RUN], ["pass_rates: Cannot read", "as json: JSON parse error"]),
+    "empty file": (["empty.jsonl", *SMALL_RUN], ["empty.jsonl is empty", "one row per prompt"]),
+    "list that is not pass rates": (["words.json", *SMALL_RUN], ["the list of pass rates in", "row 1 with 'high'"]),
+    "list with a column flag": (
+        ["list.json", "--pass_rate_column", "rate"],
+        ["has no columns", "drop --pass_rate_column rate"],
+    ),
+    "missing recipe": (
+        ["rates.parquet", "--recipe", "nowhere.yaml"],
+        ["nowhere.yaml does not exist (--recipe", "pass the path of a YAML file"],
+    ),
+    "--config": (["rates.parquet", "--config", "typo.yaml"], ["the preview has no --config", "--recipe FILE.yaml"]),
+}
+
+
+def _in(folder: Path, argv: list[str]) -> list[str]:
+    """`argv` with its file names in `folder`."""
+    return [str(folder / a) if (folder / a).suffix and not a.startswith("-") else a for a in argv]
+
+
+@pytest.mark.parametrize("name", list(BAD_INPUTS))
+def test_each_bad_input_is_one_line_naming_the_flag_and_the_fix(tmp_path, capfd, name):
+    _write_inputs(tmp_path)
+    capfd.readouterr()
+    argv, words = BAD_INPUTS[name]
+    with pytest.raises(SystemExit) as stop:
+        main([*_in(tmp_path, argv), "--preview_dir", str(tmp_path / "out")])
+    err = capfd.readouterr().err
+    assert stop.value.code == 2 and len(err.splitlines()) == 1, err  # no traceback, no progress bar, no log line
+    for word in words:
+        assert word in err
+    assert "prior_pass_rate_column" not in err  # the preview's flags, not the trainer's
+    assert name == "--config" or "--config" not in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_command_line_prints_the_one_line_and_nothing_else(tmp_path):
+    _write_inputs(tmp_path)
+    command = [sys.executable, "-m", "coba_trl.preview", str(tmp_path / "percent.parquet"), *SMALL_RUN]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    result = subprocess.run(command, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+    assert result.returncode == 2 and result.stdout == ""
+    assert len(result.stderr.splitlines()) == 1 and "divide them by 100" in result.stderr, result.stderr
+
+
+def test_a_json_list_of_numbers_is_the_pass_rates_and_a_list_of_objects_the_rows(tmp_path):
+    _write_inputs(tmp_path)
+    rows = [{"prompt": "q", "pass_rate": rate} for rate in json.loads((tmp_path / "list.json").read_text())]
+    (tmp_path / "rows.json").write_text(json.dumps(rows))
+    column = main([str(tmp_path / "rates.parquet"), *SMALL_RUN, "--preview_dir", str(tmp_path / "column")])
+    for name in ("list.json", "rows.json"):
+        preview = main([str(tmp_path / name), *SMALL_RUN, "--preview_dir", str(tmp_path / name[:-5])])
+        assert preview.settings["known"] == 64
+        for allocator, sizes in column.group_sizes.items():
+            assert preview.group_sizes[allocator].tolist() == sizes.tolist()
+
+
+def test_a_recipe_may_hold_the_keys_of_a_training_config_and_no_other():
+    from coba_trl.cli import field_names
+    from coba_trl.preview_inputs import recipe_keys, recipe_settings
+    from tests.test_cli_errors import load
+
+    assert recipe_keys() == set(field_names(load("train_qwen").make_parser()))
+    for recipe in sorted((ROOT / "recipes").glob("*.yaml")):  # every recipe shipped previews as it is
+        assert "num_generations" in recipe_settings(str(recipe), "preview")

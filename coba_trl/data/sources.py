@@ -79,6 +79,14 @@ def require_hub(kind: str, name: str, local: str) -> str | None:
     return reason
 
 
+def _cause(error: BaseException) -> str:
+    """The message of the first cause of `error` that says what went wrong (datasets wraps a JSON or Arrow parse
+    error in a generic one)."""
+    while isinstance(error, datasets.exceptions.DatasetGenerationError) and error.__cause__ is not None:
+        error = error.__cause__
+    return " ".join(str(error).split()) or type(error).__name__
+
+
 def load_table(path_or_id: str, config: str | None = None, split: str = "train") -> datasets.Dataset:
     """Load one split of a Hub dataset, or all rows of local parquet / jsonl / json files (then `split` and `config`
     are ignored)."""
@@ -87,7 +95,7 @@ def load_table(path_or_id: str, config: str | None = None, split: str = "train")
         try:
             return datasets.load_dataset(builder, data_files=files, split="train")
         except Exception as error:
-            raise ValueError(f"Cannot read {files} as {builder}: {error}") from error
+            raise ValueError(f"Cannot read {files} as {builder}: {_cause(error)}") from error
     reason = require_hub("dataset", path_or_id, LOCAL_DATA)
     try:
         return datasets.load_dataset(path_or_id, config, split=split)
