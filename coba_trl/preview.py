@@ -4,7 +4,7 @@ From each prompt's pass rate p_i (`examples/evaluate.py --train_dataset ... --k 
 rates) and a run's budget and group bounds, the preview plays the first epoch of a run that allocates from these
 priors (`--prior_pass_rate_column`): the prompts in the round sampler's epoch-0 order, cut into the epoch's
 floor(N / M) rounds of M = generation_batch_size / num_generations prompts; each round allocated as the trainer's
-first rounds are (`coba_trl.round.plan_round`: the prior is each prompt's pass rate, the allocator's group sizes,
+first rounds are (`coba_trl.rounds.plan.plan_round`: the prior is each prompt's pass rate, the allocator's group sizes,
 stranded units topped up); after each round the allocator observes the round's pass rates, the expected outcome,
 so CoBA's capability F_t follows the data (before the first round: alpha = kappa - 2, beta = 2, as in a run).
 
