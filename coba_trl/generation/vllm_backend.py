@@ -15,7 +15,9 @@
 4. Tool loops in server mode (`join_until_done`): a process whose rows called no more tools joins the generations the
    other processes still make, with no rows, so that none of them waits for it in a gather.
 
-`CoBAGRPOTrainer` builds it in place of TRL's class (`built_by_trl`); everything else is TRL's.
+Its construction refuses, before vLLM starts, a PEFT adapter whose trained weights TRL's weight sync cannot give
+vLLM (`coba_trl.generation.peft_sync`). `CoBAGRPOTrainer` builds it in place of TRL's class (`built_by_trl`);
+everything else is TRL's.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from trl.generation.vllm_generation import VLLMGeneration
 
 from coba_trl.generation.cpu_shm import release_segment_names
 from coba_trl.generation.cpu_weights import CPUWeightSyncClient, load_weights
+from coba_trl.generation.peft_sync import check_peft_sync
 from coba_trl.generation.requests import generate_grouped
 from coba_trl.generation.row_shares import padding, row_slice, share_of
 
@@ -56,6 +59,10 @@ def vllm_on_cpu() -> bool:
 
 class CoBAVLLMGeneration(VLLMGeneration):
     stay_awake = False
+
+    def __init__(self, model, *args, **kwargs):
+        check_peft_sync(model)  # before vLLM starts: adapters TRL's weight sync cannot carry (generation.peft_sync)
+        super().__init__(model, *args, **kwargs)
 
     def _init_vllm(self):
         if self.mode == "server" and self.accelerator.device.type == "cpu":
