@@ -9,7 +9,7 @@ import trl.generation.vllm_generation as trl_vllm_generation
 from scripts.fake_collectives import FakeServer, World, server_generation
 
 import coba_trl.generation.vllm_backend as vllm_backend
-from coba_trl.generation.row_shares import Share, padding, row_slice
+from coba_trl.generation.row_shares import Share, padding
 from coba_trl.generation.vllm_backend import CoBAVLLMGeneration
 
 
@@ -18,13 +18,13 @@ def _own(prompts, completions):
     return all(c[: len(p)] == p and c[len(p)] == -1 for p, c in zip(prompts, completions, strict=True))
 
 
-def test_row_slices_follow_the_shares():
+def test_padding_brings_each_process_to_the_largest_share():
     shares = [
         Share(True, 3, 1, False, ([1], None)),
         Share(True, 0, 1, False, None),
         Share(True, 2, 1, False, ([5], None)),
     ]
-    assert [row_slice(shares, rank) for rank in range(3)] == [slice(0, 3), slice(3, 3), slice(3, 5)]
+    assert padding(shares, 0) == ([], [])
     assert padding(shares, 1) == ([[1]] * 3, [None] * 3) and padding(shares, 2) == ([[1]], [None])
 
 
@@ -41,13 +41,14 @@ def test_a_tool_loop_with_different_rows_per_process_gives_each_row_its_own_comp
 
         return tool_loop
 
-    with world.patch(vllm_backend):
+    with world.patch(vllm_backend, trl_vllm_generation):
         results = world.run(program(0), program(1))
     for rank, outputs in enumerate(results):
         assert len(outputs) == len(turns[rank])
         for prompts, (prompt_ids, completion_ids, logprobs, _) in zip(turns[rank], outputs, strict=True):
             assert prompt_ids == prompts and _own(prompts, completion_ids) and len(logprobs) == len(prompts)
     assert len(server.requests) == 4  # turn 1: groups of 1 and 2; turns 2 and 3: one request each
+    assert sum(prompts * n for prompts, n in server.requests) == 4 + 2 + 1  # the rows padding TRL's slice are not
 
 
 def test_trls_path_gets_rows_padded_to_the_largest_share():
@@ -73,5 +74,5 @@ def test_without_joining_a_process_that_left_the_tool_loop_the_others_would_wait
         generations[0].generate([[1], [2]], None, 1)
         generations[0].generate([[1]], None, 1)
 
-    with world.patch(vllm_backend), pytest.raises(threading.BrokenBarrierError):
+    with world.patch(vllm_backend, trl_vllm_generation), pytest.raises(threading.BrokenBarrierError):
         world.run(process_0, lambda: generations[1].generate([[3], [4]], None, 1))

@@ -213,3 +213,33 @@ def test_trls_server_path_slices_each_process_at_its_index_times_its_rows():
         results = world.run(*[lambda rank=rank: generations[rank].generate(rows[rank], None, 1) for rank in range(2)])
     assert results[0][1] == [[1, -1, 0], [2, -1, 0], [3, -1, 0]]
     assert results[1][1] == [[2, -1, 0]]  # process 1 gets process 0's second row, not its own [4]
+
+
+def test_grouped_server_requests_pass_on_every_sampling_parameter_trls_server_path_sends():
+    # CoBAVLLMGeneration asks for a round's rows as grouped requests (n = group size) from inside TRL's own server
+    # path; each request must carry every parameter TRL's request carries, as TRL set it, including any a later TRL
+    # adds, or server-mode sampling would silently differ from GRPOTrainer's.
+    import trl.generation.vllm_generation as trl_vllm_generation
+    from scripts.fake_collectives import FakeServer, World, server_generation
+
+    import coba_trl.generation.vllm_backend as vllm_backend
+
+    world, rows = World(1), [[1], [2], [1], [3], [1]]
+    sent = {}
+    for cls in (trl_vllm_generation.VLLMGeneration, vllm_backend.CoBAVLLMGeneration):
+        server = FakeServer()
+        generation = server_generation(cls, world, 0, server)
+        generation.structured_outputs_regex, generation.generation_kwargs = "[ab]+", {"stop": ["\\n"]}
+        with world.patch(trl_vllm_generation, vllm_backend):
+            world.run(lambda generation=generation: generation.generate(rows, None, 1))
+        sent[cls.__name__] = server
+    (trl_parameters,) = sent["VLLMGeneration"].sampling
+    grouped = sent["CoBAVLLMGeneration"]
+    assert sorted(n for _, n in grouped.requests) == [1, 3]  # setup: grouped requests, not TRL's one request
+    for parameters in grouped.sampling:
+        missing = {key: value for key, value in trl_parameters.items() if parameters.get(key, object()) != value}
+        assert not missing and set(parameters) == set(trl_parameters), (
+            f"TRL's server path sends {missing} (or other parameters) that CoBAVLLMGeneration's grouped requests do "
+            f"not pass on as TRL set them: {parameters}. coba_trl.generation.requests.GroupedClient must pass every "
+            f"argument of TRL's request but the prompts and n. {UPGRADE}"
+        )

@@ -5,10 +5,11 @@
 - `cpu_weights`: the CPU weight sync itself, and `CPUWeightSync`, the worker extension a CPU vLLM server is started
   with (`--worker-extension-cls coba_trl.generation.CPUWeightSync`).
 - `requests`: which rows are asked for in which server request, and how the completions map back.
+- `peft_sync`: the PEFT adapters TRL's weight sync cannot carry into vLLM, refused before vLLM starts.
 - `cpu_shm`: the shared-memory names of a tensor-parallel colocated engine on the CPU build, removed once built, so
   that a run leaves none behind.
 
-Only `requests` imports without TRL; the rest needs vLLM only when it runs.
+Only `requests` and `peft_sync` import without TRL; the rest needs vLLM only when it runs.
 """
 
 __all__ = ["CPUWeightSync"]

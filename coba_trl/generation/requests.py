@@ -67,9 +67,43 @@ def assign_completions(num_rows: int, requests: list[Request], outputs: list[dic
 
 
 def generate_grouped(client, row_prompts: list[list[int]], **sampling) -> dict[str, list | None]:
-    """Each row's completion from `client` (TRL's `VLLMClient`): the requests of `plan_requests`, sent concurrently."""
+    """Each row's completion from `client` (TRL's `VLLMClient`): the requests of `plan_requests`, sent concurrently,
+    each with `sampling` (every argument of `client.generate` but the prompts and n)."""
     requests = plan_requests(row_prompts)
+    if not requests:
+        return assign_completions(0, [], [])
     with ThreadPoolExecutor(max_workers=len(requests)) as pool:
         futures = [pool.submit(client.generate, prompts=r.prompts, n=r.n, **sampling) for r in requests]
         outputs = [future.result() for future in futures]
     return assign_completions(len(row_prompts), requests, outputs)
+
+
+class GroupedClient:
+    """Stands in for TRL's `VLLMClient` while TRL's own server path generates one completion per row (n = 1).
+
+    TRL gathers every process's rows, calls `generate` with them and its sampling parameters, broadcasts the answer
+    and slices each process's rows out of it. Here `generate` asks for the rows as `generate_grouped` does, passing
+    TRL's parameters on as they are (so none is dropped), and answers in TRL's layout. Where the processes hold
+    different numbers of rows, each one's rows reach TRL padded to the largest number, `width`: process p's real rows
+    are the first `rows_per_process[p]` of its block of `width`, and each padding row gets an empty completion
+    instead of a request.
+    """
+
+    def __init__(self, client, rows_per_process: list[int]):
+        self.client = client
+        self.rows_per_process = rows_per_process
+
+    def generate(self, prompts: list[list[int]], n: int = 1, **sampling) -> dict[str, list | None]:
+        """TRL's request of `prompts` with n = 1 (one completion per row), made as grouped requests."""
+        width = max(self.rows_per_process, default=0)
+        real = [p * width + i for p, rows in enumerate(self.rows_per_process) for i in range(rows)]
+        completions = generate_grouped(self.client, [prompts[row] for row in real], **sampling)
+        output: dict[str, list | None] = {"prompt_ids": [list(ids) for ids in prompts]}
+        for key, values in completions.items():
+            if values is None:  # the server sent no logprobs
+                output[key] = None
+                continue
+            output[key] = [[] for _ in prompts]
+            for row, value in zip(real, values, strict=True):
+                output[key][row] = value
+        return output

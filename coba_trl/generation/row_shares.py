@@ -7,10 +7,12 @@ whose completion called a tool, so after the first turn each process holds its o
 whose rows called no tool leaves the loop while the others still generate (and wait for it in the gather).
 
 Before each server generation every process therefore shares a `Share`: whether it is still generating, its number
-of rows, whether they carry images, and one row to pad with. Process p's completions start at the sum of the rows
-of the processes before it (`row_slice`); TRL's own path (images) gets every process's rows padded to the largest
-share (`padding`), so that its `p * len(prompts)` slice is right, and the padding is dropped afterwards. A process
-done with its tool loop joins the others' generations with no rows until no process is generating.
+of rows, whether they carry images, and one row to pad with. Where the numbers differ, every process's rows are
+padded to the largest share (`padding`), so that TRL's `p * len(prompts)` slice is right, and the padding is dropped
+afterwards. With one completion per row the padding rows are never generated (`requests.GroupedClient` answers each
+with an empty completion); with images, or several completions per row, they are copies of a real row, generated
+and dropped. A process done with its tool loop joins the others' generations with no rows until no process is
+generating.
 """
 
 from __future__ import annotations
@@ -36,16 +38,12 @@ def share_of(prompts: list, images: list | None, num_generations: int, generatin
     return Share(generating, len(prompts), num_generations, has_images, pad_row)
 
 
-def row_slice(shares: list[Share], rank: int) -> slice:
-    """Where process `rank`'s rows lie among the rows gathered from every process (in process order)."""
-    start = sum(share.rows for share in shares[:rank])
-    return slice(start, start + shares[rank].rows)
-
-
 def padding(shares: list[Share], rank: int) -> tuple[list, list]:
     """Rows (prompt ids, images) that bring process `rank` to the largest share's number of rows: copies of the first
     row any process holds. Every process's rows are whole groups of `num_generations` identical rows, so a run of
     copies of one row keeps TRL's stride over them."""
     missing = max(share.rows for share in shares) - shares[rank].rows
+    if not missing:
+        return [], []
     prompt, image = next(share.pad_row for share in shares if share.pad_row is not None)
     return [prompt] * missing, [image] * missing

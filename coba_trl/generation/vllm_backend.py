@@ -1,9 +1,11 @@
 """`CoBAVLLMGeneration`: TRL's `VLLMGeneration` with the four changes CoBA's rounds need, each narrow and guarded.
 
-1. Server mode keeps vLLM's n-sampling (`generate`): the rows of a round, one per completion, are asked for as one
-   request per distinct group size with n = that size (`coba_trl.generation.requests`); prompts with images take
-   TRL's path, one row per request. Each process takes its own rows' completions even when the processes hold
-   different numbers of rows, as they do in a tool loop (`coba_trl.generation.row_shares`, and 4).
+1. Server mode keeps vLLM's n-sampling (`generate`): TRL's own server path gathers, asks and slices, but the rows of
+   a round, one per completion, are asked for as one request per distinct group size with n = that size, each with
+   the sampling parameters TRL passes (`coba_trl.generation.requests.GroupedClient` answers for TRL's client);
+   prompts with images take TRL's requests, one row per request. Each process takes its own rows' completions even
+   when the processes hold different numbers of rows, as they do in a tool loop (`coba_trl.generation.row_shares`,
+   and 4).
 2. vLLM's CPU build (`sync_weights`, `_init_vllm`): a colocated engine loads weights through vLLM's layerwise reload
    and packs its LM head again (`coba_trl.generation.cpu_weights.load_weights`), and computes in the trainer's dtype
    (vLLM would run a float32 checkpoint in bfloat16); a CPU trainer talks to a server through `CPUWeightSyncClient`
@@ -15,7 +17,9 @@
 4. Tool loops in server mode (`join_until_done`): a process whose rows called no more tools joins the generations the
    other processes still make, with no rows, so that none of them waits for it in a gather.
 
-`CoBAGRPOTrainer` builds it in place of TRL's class (`built_by_trl`); everything else is TRL's.
+Its construction refuses, before vLLM starts, a PEFT adapter whose trained weights TRL's weight sync cannot give
+vLLM (`coba_trl.generation.peft_sync`). `CoBAGRPOTrainer` builds it in place of TRL's class (`built_by_trl`);
+everything else is TRL's.
 """
 
 from __future__ import annotations
@@ -27,13 +31,14 @@ from unittest.mock import patch
 
 import trl.generation.vllm_generation as trl_vllm_generation
 import trl.trainer.grpo_trainer as trl_grpo_trainer
-from accelerate.utils import broadcast_object_list, gather_object
+from accelerate.utils import gather_object
 from trl.generation.vllm_generation import VLLMGeneration
 
 from coba_trl.generation.cpu_shm import release_segment_names
 from coba_trl.generation.cpu_weights import CPUWeightSyncClient, load_weights
-from coba_trl.generation.requests import generate_grouped
-from coba_trl.generation.row_shares import padding, row_slice, share_of
+from coba_trl.generation.peft_sync import check_peft_sync
+from coba_trl.generation.requests import GroupedClient
+from coba_trl.generation.row_shares import padding, share_of
 
 
 def check_vllm_installed(use_vllm: bool) -> None:
@@ -56,6 +61,10 @@ def vllm_on_cpu() -> bool:
 
 class CoBAVLLMGeneration(VLLMGeneration):
     stay_awake = False
+
+    def __init__(self, model, *args, **kwargs):
+        check_peft_sync(model)  # before vLLM starts: adapters TRL's weight sync cannot carry (generation.peft_sync)
+        super().__init__(model, *args, **kwargs)
 
     def _init_vllm(self):
         if self.mode == "server" and self.accelerator.device.type == "cpu":
@@ -113,48 +122,24 @@ class CoBAVLLMGeneration(VLLMGeneration):
             pass
 
     def _generate_on_server(self, prompts, images, num_generations, profiler, generating=True):
-        """Server mode with each process's own number of rows (`coba_trl.generation.row_shares`); None once no
-        process is generating. One completion per row goes as grouped requests (module docstring, 1); images, and
-        several completions per row, take TRL's path, each process's rows padded to the largest share."""
+        """TRL's server generation with each process's own number of rows (`coba_trl.generation.row_shares`); None
+        once no process is generating. TRL gathers the rows, asks the server and hands each process its slice; one
+        completion per row goes as grouped requests (module docstring, 1: `GroupedClient` answers for TRL's client)."""
         shares = gather_object([share_of(prompts, images, num_generations, generating)])
         active = [share for share in shares if share.generating]
         if not active:
             return None
-        rank = self.accelerator.process_index
         num_generations = active[0].num_generations
-        if any(share.has_images for share in shares) or num_generations > 1:
-            if len({share.rows for share in shares}) == 1:
-                return super().generate(prompts, images, num_generations, profiler)
-            pad_prompts, pad_images = padding(shares, rank)
-            padded_images = None
-            if images is not None or any(image is not None for image in pad_images):
-                padded_images = (images or [None] * len(prompts)) + pad_images
-            output = super().generate(prompts + pad_prompts, padded_images, num_generations, profiler)
-            return tuple(None if values is None else values[: len(prompts)] for values in output)
-        all_prompts = gather_object(prompts)
-        payload = None
-        if self.accelerator.is_main_process and all_prompts:
-            with profiler or nullcontext():
-                payload = generate_grouped(self.vllm_client, all_prompts, **self._sampling())
-        payload = broadcast_object_list([payload], from_process=0)[0] or {}
-        rows = row_slice(shares, rank)
-        local = {key: None if values is None else values[rows] for key, values in payload.items()}
-        completion_ids = local.get("completion_ids", [])
-        return [list(ids) for ids in prompts], completion_ids, local.get("logprobs"), local.get("logprob_token_ids")
-
-    def _sampling(self) -> dict:
-        """The sampling parameters TRL's server path sends, less `n`."""
-        return {
-            "repetition_penalty": self.repetition_penalty,
-            "temperature": self.temperature,
-            "top_p": self.top_p,
-            "top_k": self.top_k,
-            "min_p": 0.0 if self.min_p is None else self.min_p,
-            "max_tokens": self.max_completion_length,
-            "logprobs": self.logprobs,
-            "structured_outputs_regex": self.structured_outputs_regex,
-            "generation_kwargs": self.generation_kwargs,
-        }
+        pad_prompts, pad_images = padding(shares, self.accelerator.process_index)
+        if images is not None or any(image is not None for image in pad_images):
+            images = (images or [None] * len(prompts)) + pad_images
+        grouped_client = nullcontext()
+        if num_generations == 1 and not any(share.has_images for share in shares) and self.accelerator.is_main_process:
+            rows = [share.rows for share in shares]  # process 0 alone holds a client and asks the server
+            grouped_client = patch.object(self, "vllm_client", GroupedClient(self.vllm_client, rows))
+        with grouped_client:
+            output = super().generate(prompts + pad_prompts, images, num_generations, profiler)
+        return tuple(None if values is None else values[: len(prompts)] for values in output)
 
 
 def built_by_trl():

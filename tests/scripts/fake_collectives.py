@@ -1,7 +1,7 @@
 """Processes simulated by threads, for testing code that gathers and broadcasts across processes without launching
 any: `World.run` runs one function per simulated process, and `World.patch(module)` replaces that module's
-`gather_object` / `broadcast_object_list` (accelerate's) with collectives among the threads. A collective that not
-every process joins times out (`threading.BrokenBarrierError`) instead of hanging."""
+`gather_object` / `broadcast_object_list` (accelerate's, those it imported) with collectives among the threads. A
+collective that not every process joins times out (`threading.BrokenBarrierError`) instead of hanging."""
 
 from __future__ import annotations
 
@@ -45,8 +45,9 @@ class World:
     def patch(self, *modules) -> ExitStack:
         stack = ExitStack()
         for module in modules:
-            stack.enter_context(patch.object(module, "gather_object", self.gather_object))
-            stack.enter_context(patch.object(module, "broadcast_object_list", self.broadcast_object_list))
+            for name in ("gather_object", "broadcast_object_list"):
+                if hasattr(module, name):  # the collectives the module imported
+                    stack.enter_context(patch.object(module, name, getattr(self, name)))
         return stack
 
     def run(self, *programs) -> list:
@@ -65,9 +66,11 @@ class FakeServer:
 
     def __init__(self):
         self.requests = []
+        self.sampling = []  # each request's arguments other than the prompts and n
 
     def generate(self, prompts, n=1, **sampling):
         self.requests.append((len(prompts), n))
+        self.sampling.append(sampling)
         completions = [[*prompt, -1, child] for prompt in prompts for child in range(n)]
         return {
             "prompt_ids": [list(prompt) for prompt in prompts],
