@@ -202,18 +202,18 @@ def test_environments_write_the_prompt_of_a_dataset_without_one(tmp_path):
     assert [sum(entry["group_sizes"]) for entry in logged] == [8, 8]
 
 
+def _construct(tmp_path, dataset, **config):
+    """A CoBAGRPOTrainer on the tiny model, built and not trained."""
+    args = CoBAConfig(output_dir=str(tmp_path), **TINY_ARGS, **LAYOUT, **config)
+    model, tokenizer = tiny_model()
+    reward = lambda completions, **kwargs: [0.0] * len(completions)  # noqa: E731
+    return CoBAGRPOTrainer(model, reward, args=args, train_dataset=dataset, processing_class=tokenizer)
+
+
 def test_two_phase_rounds_refuse_images_at_construction(tmp_path):
     dataset = prompt_dataset(4).add_column("image", [None] * 4)
-    args = CoBAConfig(output_dir=str(tmp_path), two_phase_rounds=True, min_generations=2, **TINY_ARGS, **LAYOUT)
-    model, tokenizer = tiny_model()
     with pytest.raises(ValueError, match=r"two_phase_rounds .* image column 'image'.*two_phase_rounds=False"):
-        CoBAGRPOTrainer(
-            model,
-            lambda completions, **kw: [0.0] * len(completions),
-            args=args,
-            train_dataset=dataset,
-            processing_class=tokenizer,
-        )
+        _construct(tmp_path, dataset, two_phase_rounds=True, min_generations=2)
 
 
 @pytest.mark.slow
@@ -234,16 +234,8 @@ def test_list_prompt_ids_key_the_history_as_tuples(tmp_path):
 def test_unhashable_prompt_ids_are_refused_at_construction(tmp_path, stream):
     dataset = prompt_dataset(4).add_column("key", [{"n": i} for i in range(4)])
     dataset = dataset.to_iterable_dataset() if stream else dataset
-    args = CoBAConfig(output_dir=str(tmp_path), prompt_id_column="key", **TINY_ARGS, **LAYOUT)
-    model, tokenizer = tiny_model()
     with pytest.raises(ValueError, match=r"prompt_id_column 'key' holds dict values .* at row 0.*json.dumps"):
-        CoBAGRPOTrainer(
-            model,
-            lambda completions, **kw: [0.0] * len(completions),
-            args=args,
-            train_dataset=dataset,
-            processing_class=tokenizer,
-        )
+        _construct(tmp_path, dataset, prompt_id_column="key")
 
 
 @pytest.mark.slow

@@ -1,0 +1,13 @@
+"""The round machinery of `CoBAGRPOTrainer`: where a round's prompts come from, how they become rows, and how the
+round is planned, scored and recorded. Plain functions and small classes; the trainer only wires them into TRL.
+
+- `source`: one interface for where a round's prompts come from (`sampling` for a dataset, `streaming` for a stream):
+  the per-process batch, the prompt ids, the resume position.
+- `plan`: the allocator's group size per prompt (process 0), and the saved plan of a round a checkpoint was inside of.
+- `grouping`: the deal of each group's rows over the processes, and their expansion into rows (a fresh copy each).
+- `rollouts`: a `rollout_func` written for GRPOTrainer, called once per group size.
+- `phases`: two-phase rounds (merging TRL's outputs) and zero-variance groups.
+- `scoring` and `advantages`: advantages over groups of any size, successes, and the one place the pass-rate history
+  and F_t change.
+- `metrics` and `log`: what a round logs, and the allocation log (`coba_rounds.jsonl`).
+"""
