@@ -79,4 +79,12 @@ def imbalance(per_rank: list[np.ndarray], weights: np.ndarray | None = None) -> 
 def expand_rows(prompts: list[dict], group_ids) -> list[dict]:
     """One row per completion: `prompts[g]` for each group id `g`, each a fresh deep copy, as GRPOTrainer's dataloader
     gives each rollout its own row (a list or dict column is never one object shared by a group's rollouts)."""
-    return [copy.deepcopy(prompts[group]) for group in group_ids]
+    return [fresh_row(prompts[group]) for group in group_ids]
+
+
+IMMUTABLE = (str, int, float, bool, bytes, type(None))
+
+
+def fresh_row(row: dict) -> dict:
+    """A deep copy of `row`; its immutable values (the usual text and number columns) are shared, not copied."""
+    return {key: value if isinstance(value, IMMUTABLE) else copy.deepcopy(value) for key, value in row.items()}

@@ -21,11 +21,12 @@ A stream cannot be indexed, so no sampler orders it: `RoundStream` reshapes the 
 
 from __future__ import annotations
 
-import copy
 import itertools
 import math
 
 from torch.utils.data import IterableDataset
+
+from coba_trl.rounds.grouping import fresh_row
 
 
 class RoundStream(IterableDataset):
@@ -58,7 +59,7 @@ class RoundStream(IterableDataset):
             while len(round_rows := list(itertools.islice(rows, self.prompts_per_round))) == self.prompts_per_round:
                 padded = [round_rows[i % self.prompts_per_round] for i in range(self.padded_size)]
                 for _ in range(self.repeat_count):
-                    yield from (copy.deepcopy(row) for row in padded)
+                    yield from (fresh_row(row) for row in padded)
                 rounds += 1
             if rounds == 0:
                 raise ValueError(
