@@ -118,7 +118,10 @@ def test_every_entry_point_returns_its_errors(server, tmp_path, monkeypatch):
         assert set(answer) == {"error"} and answer["error"], what
     assert extension.coba_weight_sync_ready() == {"folder": server.folder}
     (tmp_path / "open").mkdir(mode=0o755)
-    for bad_folder in (str(tmp_path / "open"), ""):  # readable by others; none named (a server vLLM's own command started)
+    for bad_folder in (
+        str(tmp_path / "open"),
+        "",
+    ):  # readable by others; none named (a server vLLM's own command started)
         monkeypatch.setenv(FOLDER_ENV, bad_folder)
         for method in (
             extension.coba_weight_sync_ready,
