@@ -10,15 +10,17 @@ packs every linear layer's weight into its GEMM kernel on any x86 CPU, the case 
 
 The server is the README's: its commands are read from README.md and run, as written, by a shell in a temporary
 folder, with `python` this interpreter and no `VLLM_*` variable set (a KV cache size among them), as a user's shell
-would run them. One thing differs: `XDG_RUNTIME_DIR` is a private temporary folder, so the server's socket and
-weight folder (`coba-trl` in it) are this test run's, not those of a server the user runs.
+would run them. One thing differs: `XDG_RUNTIME_DIR` is a temporary folder, so the server's socket and weight folder
+(`coba-trl` in it) are this test run's, not those of a server the user runs.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 
 import pytest
 
@@ -102,10 +104,15 @@ def vllm_server(tmp_path_factory):
 
     write, serve, _ = readme_server_commands()
     cwd, env = tmp_path_factory.mktemp("vllm_server"), shell_environment()
-    runtime = tmp_path_factory.mktemp("runtime")
-    runtime.chmod(0o700)
-    env["XDG_RUNTIME_DIR"] = str(runtime)
+    # Open to others on the way to it (unlike pytest's own folders, or a real runtime folder): the test of another
+    # user's calls then stands on the server's own folder alone.
+    runtime = tempfile.mkdtemp(prefix="coba-trl-runtime-")
+    os.chmod(runtime, 0o755)
+    env["XDG_RUNTIME_DIR"] = runtime
     subprocess.run(["bash", "-c", write], cwd=cwd, env=env, check=True, capture_output=True)
-    socket_path = str(runtime / "coba-trl" / "vllm.sock")
-    with running_server(serve, socket_path, str(cwd / "server.log"), cwd=str(cwd), env=env) as base_url:
-        yield base_url, str(cwd / "outputs" / "demo-model")
+    socket_path = os.path.join(runtime, "coba-trl", "vllm.sock")
+    try:
+        with running_server(serve, socket_path, str(cwd / "server.log"), cwd=str(cwd), env=env) as base_url:
+            yield base_url, str(cwd / "outputs" / "demo-model")
+    finally:
+        shutil.rmtree(runtime, ignore_errors=True)
