@@ -18,7 +18,6 @@ import statistics
 import sys
 import tempfile
 import time
-import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -32,10 +31,8 @@ from coba_trl.generation.requests import generate_grouped  # noqa: E402
 METRICS = ("vllm:prompt_tokens_total", "vllm:prompt_tokens_cached_total")
 
 
-def counters(base_url: str) -> dict[str, float]:
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    with opener.open(f"{base_url}/metrics", timeout=10) as response:
-        text = response.read().decode()
+def counters(client) -> dict[str, float]:
+    text = client.session.get(f"{client.base_url}/metrics", timeout=10).text  # through the server's socket
     found = {}
     for name in METRICS:
         values = [float(v) for v in re.findall(rf"^{re.escape(name)}(?:{{[^}}]*}})? ([0-9.e+]+)$", text, re.M)]
@@ -52,9 +49,9 @@ def round_rows(num_prompts: int, prompt_tokens: int, seed: int) -> list[list[int
     return [list(map(int, prompts[i])) for i in range(num_prompts) for _ in range(int(sizes[i]))]
 
 
-def run_round(client, rows: list[list[int]], grouped: bool, max_tokens: int, base_url: str) -> tuple[float, dict]:
+def run_round(client, rows: list[list[int]], grouped: bool, max_tokens: int) -> tuple[float, dict]:
     client.reset_prefix_cache()
-    before = counters(base_url)
+    before = counters(client)
     start = time.perf_counter()
     sampling = dict(max_tokens=max_tokens, temperature=1.0, logprobs=0)
     if grouped:
@@ -63,7 +60,7 @@ def run_round(client, rows: list[list[int]], grouped: bool, max_tokens: int, bas
         completions = client.generate(prompts=rows, n=1, **sampling)["completion_ids"]
     seconds = time.perf_counter() - start
     assert len(completions) == len(rows)
-    after = counters(base_url)
+    after = counters(client)
     return seconds, {name: after[name] - before[name] for name in METRICS}
 
 
@@ -73,11 +70,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--pairs", type=int, default=5)
     parser.add_argument("--max_tokens", type=int, default=32)
     parser.add_argument("--prompt_tokens", type=int, default=40, help="Prompt length (the demo's model holds 128).")
-    parser.add_argument("--port", type=int, default=8017)
     args = parser.parse_args(argv)
 
     import vllm
-    from trl.generation.vllm_client import VLLMClient
+
+    from coba_trl.generation.cpu_weights import CPUWeightSyncClient
 
     print(machine_line())
     print(f"vLLM {vllm.__version__} (CPU build), server: the README's command on the demo's model shape")
@@ -86,21 +83,23 @@ def main(argv: list[str] | None = None) -> None:
         from coba_trl.demo.model import main as write_model
 
         write_model([model_dir])
-        command = server_command(model_dir, args.port, python=sys.executable)
-        with running_server(command, args.port, os.path.join(scratch, "server.log")) as base_url:
-            client = VLLMClient(base_url=base_url, connection_timeout=60)
+        folder = os.path.join(scratch, "server")  # a private folder of its own: the socket and the weight files
+        command = server_command(model_dir, folder, python=sys.executable)
+        socket_path = os.path.join(folder, "vllm.sock")
+        with running_server(command, socket_path, os.path.join(scratch, "server.log")) as base_url:
+            client = CPUWeightSyncClient(base_url=base_url, connection_timeout=60)
             rows = round_rows(args.prompts, args.prompt_tokens, seed=0)
             print(
                 f"round: {args.prompts} prompts of {args.prompt_tokens} tokens, {len(rows)} rows, completions of up "
                 f"to {args.max_tokens} tokens"
             )
-            run_round(client, rows, True, args.max_tokens, base_url)  # warm-up, both ways
-            run_round(client, rows, False, args.max_tokens, base_url)
+            run_round(client, rows, True, args.max_tokens)  # warm-up, both ways
+            run_round(client, rows, False, args.max_tokens)
             times = {True: [], False: []}
             for pair in range(args.pairs):
                 line = []
                 for grouped in (True, False) if pair % 2 == 0 else (False, True):
-                    seconds, tokens = run_round(client, rows, grouped, args.max_tokens, base_url)
+                    seconds, tokens = run_round(client, rows, grouped, args.max_tokens)
                     times[grouped].append(seconds)
                     name = "n-sampling" if grouped else "rows"
                     line.append(

@@ -81,7 +81,8 @@ def what_it_needs(command: str) -> str | None:
         return "the test suite itself"
     if "accelerate launch" in command or "vllm serve" in command:
         return "GPUs"
-    if "vllm" in command:  # --use_vllm, vLLM's server, the server's model, the vLLM tests: the vLLM suite runs them
+    # --use_vllm, the vLLM servers (coba-trl's CPU server among them), the vLLM tests: the vLLM suite runs them
+    if "vllm" in command or "cpu_server" in command:
         return "vLLM"
     if "Qwen/" in command or "<model>" in command:
         return "the Hugging Face Hub"

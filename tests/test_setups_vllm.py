@@ -8,7 +8,7 @@ from collections import Counter
 import pytest
 from scripts.tiny_coba import TINY_ARGS, prompt_dataset
 from scripts.tool_tasks import assert_two_processes_gave_every_row_its_rollout, launch_two_processes
-from scripts.vllm_fixtures import KV_CACHE_GIB, MODEL_SHAPE, free_port
+from scripts.vllm_fixtures import KV_CACHE_GIB, MODEL_SHAPE
 from scripts.vllm_runs import RATIO_BOUND, ratio_extremes
 from transformers import AutoTokenizer
 
@@ -84,9 +84,8 @@ def tool_server(tmp_path_factory):
     build_tiny_qwen2(tokenizer, max_position_embeddings=2048, **MODEL_SHAPE).save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": KV_CACHE_GIB, "HF_HUB_OFFLINE": "1"}
-    port = free_port()
-    command = server_command(folder, port, python=sys.executable)
-    with running_server(command, port, str(root / "server.log"), env=env) as base_url:
+    command = server_command(folder, str(root / "server"), python=sys.executable)
+    with running_server(command, str(root / "server" / "vllm.sock"), str(root / "server.log"), env=env) as base_url:
         yield base_url, folder
 
 

@@ -1,5 +1,6 @@
 """CoBA rounds requested from a real vLLM server (vLLM's CPU build, started with the README's command) through TRL's
-`VLLMClient`, with the trainer's weights synced into the server before every round (`CPUWeightSync`).
+`VLLMClient` (on the server's Unix socket), with the trainer's weights synced into the server before every round
+(`CPUWeightSync`); and what another local user can do to that server: nothing.
 
 The server holds the demo's model shape (`python -m coba_trl.demo.model`); each trainer sends its weights before its
 first generation. Every prompt must get exactly its group size, asked for as one request per distinct group size
@@ -8,15 +9,22 @@ another row, logprobs out of line, or weights other than the trainer's (a LoRA a
 far off.
 """
 
+import contextlib
+import json
+import os
+import pwd
+import socket
 from collections import Counter
 
 import pytest
 import torch
 from peft import LoraConfig
 from scripts.vllm_runs import RoundWatch, assert_vllm_followed_the_trainer, coba_trainer
-from trl.generation.vllm_client import VLLMClient
 
 import coba_trl.generation.cpu_weights as cpu_weights
+from coba_trl.generation.cpu_weights import CPUWeightSyncClient
+from coba_trl.generation.private_folder import FOLDER_ENV
+from coba_trl.generation.unix_http import socket_of
 
 pytestmark = pytest.mark.vllm
 
@@ -80,17 +88,114 @@ def test_server_samples_from_the_merged_lora_weights(tmp_path, vllm_server, monk
 
 
 def test_the_server_refuses_weight_files_from_elsewhere(vllm_server):
-    # Its development endpoint has no authentication: a path outside the trainer's private folder is refused, and
-    # the server keeps serving.
-    from requests import Session  # installed with vLLM
-
+    # Only bare names in its private folder: a path is refused, answered and not raised (an error raised in a worker
+    # would stop the server), and the server keeps serving.
     base_url, model_dir = vllm_server
-    session = Session()
-    session.trust_env = False  # the server is local: no proxy
+    client = CPUWeightSyncClient(base_url=base_url)
     path = f"{model_dir}/model.safetensors"
-    refused = session.post(f"{base_url}/collective_rpc", json={"method": cpu_weights.LOAD_METHOD, "args": [path]})
-    assert refused.status_code == 200  # answered, not raised: an error in a worker would stop the server
-    (error,) = refused.json()["results"]
-    assert error.startswith("PermissionError: this vLLM server loads weight files only from") and path in error
-    (completion,) = VLLMClient(base_url=base_url).generate(prompts=[[50, 43, 51, 61]], max_tokens=2)["completion_ids"]
+    refused = client.session.post(
+        f"{client.base_url}/collective_rpc", json={"method": cpu_weights.LOAD_METHOD, "args": [path]}
+    )
+    assert refused.status_code == 200
+    (answer,) = refused.json()["results"]
+    assert (
+        answer["error"].startswith("PermissionError: weight files are named by their bare name")
+        and path in answer["error"]
+    )
+    (completion,) = client.generate(prompts=[[50, 43, 51, 61]], max_tokens=2)["completion_ids"]
+    assert len(completion) == 2
+
+
+def listening_tcp_ports(folder: str) -> list[int]:
+    """The TCP ports the server started on `folder` listens on, in all its processes (found by their environment)."""
+    inodes = set()
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as handle:
+                if f"{FOLDER_ENV}={folder}".encode() not in handle.read().split(b"\0"):
+                    continue
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:  # gone, or not ours to read
+            continue
+        for fd in fds:
+            with contextlib.suppress(OSError):
+                inodes.add(os.readlink(f"/proc/{pid}/fd/{fd}"))
+    ports = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as handle:
+            for line in handle.readlines()[1:]:
+                fields = line.split()
+                if fields[3] == "0A" and f"socket:[{fields[9]}]" in inodes:  # LISTEN
+                    ports.append(int(fields[1].rsplit(":", 1)[1], 16))
+    return ports
+
+
+def as_nobody(attempt):
+    """What `attempt()` returns (JSON), run in a child process as user nobody: another local user."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: no torch, no threads of the parent's, only sockets
+        try:
+            os.setgroups([])
+            os.setgid(NOBODY.pw_gid)
+            os.setuid(NOBODY.pw_uid)
+            result = attempt()
+        except BaseException as error:
+            result = f"raised {type(error).__name__}: {error}"
+        os.write(write, json.dumps(result).encode())
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as pipe:
+        result = json.loads(pipe.read())
+    os.waitpid(pid, 0)
+    return result
+
+
+NOBODY = pwd.getpwnam("nobody")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="acting as another user (nobody) needs root")
+def test_another_local_user_cannot_call_the_server(vllm_server, tmp_path):
+    # Another local user tries what vLLM's development endpoint allows (`/collective_rpc` calls any worker method):
+    # writing the served weights into a folder of theirs, and loading weights from it. The server's socket cannot be
+    # opened, and none of the TCP ports its processes listen on (torch's, between its own processes) speaks HTTP.
+    base_url, _ = vllm_server
+    socket_path = socket_of(base_url)
+    theirs = tmp_path / "theirs"
+    theirs.mkdir(mode=0o777)
+    theirs.chmod(0o777)
+    calls = [
+        {"method": "save_sharded_state", "kwargs": {"path": str(theirs)}},
+        {"method": "reload_weights", "kwargs": {"weights_path": str(theirs)}},
+    ]
+    ports = listening_tcp_ports(os.path.dirname(socket_path))
+    assert 8000 not in ports
+
+    def attempt():
+        answers = {}
+        for index, call in enumerate(calls):
+            body = json.dumps(call)
+            request = (
+                f"POST /collective_rpc HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+                f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n{body}"
+            ).encode()
+            for where in [socket_path, *ports]:
+                family = socket.AF_UNIX if where == socket_path else socket.AF_INET
+                with socket.socket(family, socket.SOCK_STREAM) as sock:
+                    sock.settimeout(3)
+                    try:
+                        sock.connect(where if where == socket_path else ("127.0.0.1", where))
+                        sock.sendall(request)
+                        answer = sock.recv(64).decode(errors="replace")
+                    except OSError as error:
+                        answer = type(error).__name__
+                answers[f"{index} {where}"] = answer
+        return answers
+
+    answers = as_nobody(attempt)
+    assert answers[f"0 {socket_path}"] == answers[f"1 {socket_path}"] == "PermissionError"
+    assert not any(answer.startswith("HTTP") for answer in answers.values()), answers
+    assert list(theirs.iterdir()) == []  # nothing written there
+    client = CPUWeightSyncClient(base_url=base_url)  # and the server still serves its user
+    (completion,) = client.generate(prompts=[[50, 43, 51, 61]], max_tokens=2)["completion_ids"]
     assert len(completion) == 2

@@ -18,24 +18,41 @@ leaving the head computing with stale weights.
 On a server, `CPUWeightSync` is a vLLM worker extension (`--worker-extension-cls coba_trl.generation.CPUWeightSync`):
 `CPUWeightSyncClient`, the `VLLMClient` TRL's server sync talks to on a CPU trainer, writes the weights to a
 safetensors file and asks the workers, through the development server's `/collective_rpc`, to load it. That endpoint
-has no authentication, so the extension loads only files in one folder, `weights_folder()`: `coba-trl-weights-<uid>`
-in the system's temporary folder, created with mode 0700 and checked to be this user's own before every use. The
-trainer and the server derive it alike (same user, same machine, same temporary folder), no setting is needed, and
-a path anywhere else is refused: other local users can neither name a file of theirs nor write one into the folder.
+has no authentication (it calls any worker method by name), so the server coba-trl starts (`cpu_server`) listens only
+on a Unix socket in a folder its user alone can open, and the weight files pass through that same folder: the client
+names a file by its bare name, and the extension reads it from one checked handle (`private_folder`). The client
+finds the folder from the socket (`client_base_url`: this user's default socket, or `unix:PATH`), the server is told
+it at start (`COBA_TRL_SERVER_FOLDER`), and they check at connection that it is the same folder. Every extension
+method returns its errors instead of raising them (a worker that raises stops vLLM's server); the client raises them.
 """
 
 from __future__ import annotations
 
+import functools
 import os
-import stat
 import tempfile
+import time
 from collections.abc import Iterable, Iterator
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load as safetensors_load
+from safetensors.torch import save_file
+from trl import GRPOConfig
 from trl.generation.vllm_client import VLLMClient
 
+from coba_trl.generation.private_folder import (
+    FOLDER_ENV,
+    SOCKET_NAME,
+    WEIGHTS_PREFIX,
+    WEIGHTS_SUFFIX,
+    default_folder,
+    open_private_folder,
+    read_weight_file,
+)
+from coba_trl.generation.unix_http import mount, socket_of, socket_url
+
 EXTENSION = "coba_trl.generation.CPUWeightSync"
+SERVER_MODULE = "coba_trl.generation.cpu_server"  # `python -m` it to start the server (its own module docstring)
 LOAD_METHOD = "coba_load_weights_file"
 READY_METHOD = "coba_weight_sync_ready"
 HEAD_METHOD = "UnquantizedEmbeddingMethod"  # the `quant_method` class of vLLM's embeddings and LM heads
@@ -117,19 +134,26 @@ def _changed(what: str) -> RuntimeError:
     )
 
 
-def weights_folder() -> str:
-    """The only folder weight files go through (module docstring): created with mode 0700 if missing, and checked to
-    be a folder (not a link) that this user owns and no one else may enter."""
-    folder = os.path.join(tempfile.gettempdir(), f"coba-trl-weights-{os.getuid()}")
-    try:
-        os.mkdir(folder, 0o700)
-    except FileExistsError:
-        pass
-    info = os.lstat(folder)
-    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o077:
+def _returns_errors(method):
+    """An extension entry point that returns `{"error": ...}` instead of raising: a worker that raises stops vLLM's
+    server, whoever made the call and with whatever arguments."""
+
+    @functools.wraps(method)
+    def entry(self, *args, **kwargs) -> dict:
+        try:
+            return method(self, *args, **kwargs)
+        except Exception as error:
+            return {"error": f"{type(error).__name__}: {error}"}
+
+    return entry
+
+
+def _server_folder() -> str:
+    folder = os.environ.get(FOLDER_ENV)
+    if not folder:
         raise PermissionError(
-            f"{folder} must be a folder owned by user {os.getuid()} that only it can open (mode 0700): the vLLM "
-            "weight sync passes the trainer's weights through it. Remove it; coba-trl creates it again."
+            f"this vLLM server was not started by coba-trl's CPU server command (`python -m {SERVER_MODULE} MODEL`), "
+            f"which names its private folder in {FOLDER_ENV}: it loads no weight file."
         )
     return folder
 
@@ -137,55 +161,102 @@ def weights_folder() -> str:
 class CPUWeightSync:
     """vLLM worker extension: loads the weight files `CPUWeightSyncClient` writes (methods reached by collective_rpc).
 
-    Only files in `weights_folder()` are loaded (module docstring). A method that raises stops vLLM's server, so
-    `coba_load_weights_file` returns why it did not load a file instead, and the client raises with that."""
+    Each method returns a dict, with `error` where it failed instead of raising (`_returns_errors`); only bare file
+    names in the server's private folder are loaded, each read from one checked handle (`private_folder`)."""
 
-    def coba_weight_sync_ready(self) -> str:
-        return weights_folder()
+    @_returns_errors
+    def coba_weight_sync_ready(self) -> dict:
+        """The server's private folder, after checking it."""
+        folder = _server_folder()
+        os.close(open_private_folder(folder))
+        return {"folder": folder}
 
-    def coba_load_weights_file(self, path: str) -> str:
-        """Load the weight file at `path`: "" when done, else the error."""
+    @_returns_errors
+    def coba_load_weights_file(self, name: str) -> dict:
+        """Load the weight file named `name` in the server's private folder."""
+        folder = open_private_folder(_server_folder())
         try:
-            folder = weights_folder()
-            if os.path.dirname(os.path.realpath(path)) != os.path.realpath(folder):
-                raise PermissionError(
-                    f"this vLLM server loads weight files only from {folder}, the folder its own user's trainers "
-                    f"write them to; refused: {path!r}."
-                )
-            load_weights(self.model_runner, load_file(path).items())
-        except Exception as error:
-            return f"{type(error).__name__}: {error}"
-        return ""
+            data = read_weight_file(folder, name)
+        finally:
+            os.close(folder)
+        weights = safetensors_load(data)
+        del data
+        load_weights(self.model_runner, weights.items())
+        return {"loaded": name}
+
+
+def client_base_url(base_url: str | None, host: str, port: int) -> str:
+    """The base URL a CPU trainer reaches the server at: `vllm_server_base_url` where it names a socket (`unix:PATH`),
+    this user's default socket where it is unset; refused otherwise, naming the fix."""
+    defaults = {name: GRPOConfig.__dataclass_fields__[f"vllm_server_{name}"].default for name in ("host", "port")}
+    if base_url is None:
+        if (host, port) != (defaults["host"], defaults["port"]):
+            raise ValueError(
+                f"vllm_server_host={host!r} / vllm_server_port={port}: a CPU trainer reaches coba-trl's CPU server "
+                "through its Unix socket, not an address. Leave them unset (this user's server on this machine), or "
+                "name the socket with vllm_server_base_url unix:PATH."
+            )
+        return "unix:" + os.path.join(default_folder(), SOCKET_NAME)
+    if socket_of(base_url) is None:
+        raise ValueError(
+            f"vllm_server_base_url={base_url!r}: a CPU trainer reaches coba-trl's CPU server only through its Unix "
+            "socket (the development endpoints it sends weights through have no authentication). Leave it unset "
+            "(this user's server on this machine), or name the socket: unix:PATH, as the server printed at start."
+        )
+    return base_url
 
 
 class CPUWeightSyncClient(VLLMClient):
-    """TRL's `VLLMClient` with the weight transfer done through a file and the server's `CPUWeightSync` extension.
+    """TRL's `VLLMClient`, reaching coba-trl's CPU server through its Unix socket, with the weight transfer done
+    through a file in the socket's private folder and the server's `CPUWeightSync` extension.
 
-    TRL's server sync calls `init_communicator` once, then `update_named_params` with every tensor at each sync; those
-    two are replaced, generation and the prefix-cache reset are TRL's.
+    `base_url` names the socket (`client_base_url`). TRL's server sync calls `init_communicator` once, then
+    `update_named_params` with every tensor at each sync; those two are replaced, and `check_server` (TRL's asks with
+    `requests.get`, which cannot reach a socket); generation and the prefix-cache reset are TRL's.
     """
+
+    def __init__(self, base_url: str, *args, **kwargs):
+        self.socket_path = socket_of(base_url or "")
+        if self.socket_path is None:
+            client_base_url(base_url, "", 0)  # raises, naming the fix
+        self.folder = os.path.dirname(self.socket_path)
+        super().__init__(socket_url(self.socket_path), *args, **kwargs)
+
+    def check_server(self, total_timeout: float = 0.0, retry_interval: float = 2.0) -> None:
+        import requests
+
+        mount(self.session)
+        deadline = time.monotonic() + total_timeout
+        while True:
+            try:
+                os.close(open_private_folder(self.folder))  # the trainer's weights go there: this user's alone
+                if self.session.get(f"{self.base_url}/health", timeout=10).status_code == 200:
+                    return
+            except (FileNotFoundError, requests.ConnectionError):
+                pass
+            if time.monotonic() >= deadline:
+                raise ConnectionError(
+                    f"No vLLM server answers on {self.socket_path} (after {total_timeout:.0f} s). Start coba-trl's "
+                    f"CPU server as this user on this machine: `python -m {SERVER_MODULE} MODEL` (README)."
+                )
+            time.sleep(retry_interval)
 
     def init_communicator(self, device=None) -> None:
         response = self.session.post(f"{self.base_url}/collective_rpc", json={"method": READY_METHOD})
-        if response.status_code == 404:
-            raise RuntimeError(
-                f"The vLLM server at {self.base_url} does not expose its development endpoints, through which a CPU "
-                "trainer sends its weights. Restart it with VLLM_SERVER_DEV_MODE=1 in its environment."
-            )
         if response.status_code != 200:
             raise RuntimeError(
-                f"The vLLM server at {self.base_url} cannot load weights from a CPU trainer ({response.status_code}: "
-                f"{response.text.strip()[:300]}). Start it with `--worker-extension-cls {EXTENSION}`: see the "
-                "README's vLLM server command."
+                f"The vLLM server on {self.socket_path} cannot load weights from a CPU trainer ({response.status_code}:"
+                f" {response.text.strip()[:300]}). Start it with coba-trl's command: `python -m {SERVER_MODULE} MODEL`."
             )
-        folder = weights_folder()
-        served = set(response.json()["results"])
-        if served != {folder}:
-            raise RuntimeError(
-                f"The vLLM server at {self.base_url} loads weight files only from {', '.join(sorted(served))}; this "
-                f"trainer writes them to {folder}. Run the trainer and the server as the same user on the same "
-                "machine, with the same temporary folder (TMPDIR)."
-            )
+        for answer in response.json()["results"]:
+            if not isinstance(answer, dict) or answer.get("error"):
+                error = answer.get("error") if isinstance(answer, dict) else answer
+                raise RuntimeError(f"The vLLM server on {self.socket_path} cannot load weights: {error}")
+            if not os.path.samefile(answer["folder"], self.folder):
+                raise RuntimeError(
+                    f"The vLLM server on {self.socket_path} loads weight files from {answer['folder']}, not from the "
+                    f"socket's folder {self.folder}: start it with `python -m {SERVER_MODULE} MODEL`."
+                )
 
     def update_named_params(self, metadata, named_params: Iterator[tuple[str, torch.Tensor]]) -> None:
         # Copied as they come: TRL yields the live parameters, and with PEFT unmerges the adapter in place after its
@@ -194,13 +265,16 @@ class CPUWeightSyncClient(VLLMClient):
             name: tensor.detach().to("cpu").clone(memory_format=torch.contiguous_format)
             for name, tensor in named_params
         }
-        handle, path = tempfile.mkstemp(prefix="weights-", suffix=".safetensors", dir=weights_folder())
+        os.close(open_private_folder(self.folder))
+        handle, path = tempfile.mkstemp(prefix=WEIGHTS_PREFIX, suffix=WEIGHTS_SUFFIX, dir=self.folder)
         os.close(handle)
         try:
             save_file(weights, path)
-            results = self._post(f"{self.base_url}/collective_rpc", json={"method": LOAD_METHOD, "args": [path]})
+            name = os.path.basename(path)
+            results = self._post(f"{self.base_url}/collective_rpc", json={"method": LOAD_METHOD, "args": [name]})
         finally:
             os.remove(path)
-        errors = [error for error in results["results"] if error]
-        if errors:
-            raise RuntimeError(f"The vLLM server at {self.base_url} did not load the trainer's weights: {errors[0]}")
+        errors = [answer.get("error") if isinstance(answer, dict) else answer for answer in results["results"]]
+        if any(errors):
+            error = next(error for error in errors if error)
+            raise RuntimeError(f"The vLLM server on {self.socket_path} did not load the trainer's weights: {error}")

@@ -8,8 +8,9 @@
    and 4).
 2. vLLM's CPU build (`sync_weights`, `_init_vllm`): a colocated engine loads weights through vLLM's layerwise reload
    and packs its LM head again (`coba_trl.generation.cpu_weights.load_weights`), and computes in the trainer's dtype
-   (vLLM would run a float32 checkpoint in bfloat16); a CPU trainer talks to a server through `CPUWeightSyncClient`
-   (a weight file and the server's worker extension) instead of NCCL. With vLLM on CUDA all of this stays TRL's.
+   (vLLM would run a float32 checkpoint in bfloat16); a CPU trainer talks to coba-trl's CPU server, on its Unix
+   socket, through `CPUWeightSyncClient` (a weight file and the server's worker extension) instead of NCCL. With vLLM
+   on CUDA all of this stays TRL's.
 3. Sleep mode in two-phase rounds (`stay_awake`, `sleep`): TRL puts the engine to sleep (level 2, weights discarded)
    after every generation and pushes the weights again before the next, so a round's second phase would gather and
    push every weight a second time (under FSDP or ZeRO-3, a full gather). While `stay_awake` is set the engine stays
@@ -35,7 +36,7 @@ from accelerate.utils import gather_object
 from trl.generation.vllm_generation import VLLMGeneration
 
 from coba_trl.generation.cpu_shm import release_segment_names
-from coba_trl.generation.cpu_weights import CPUWeightSyncClient, load_weights
+from coba_trl.generation.cpu_weights import CPUWeightSyncClient, client_base_url, load_weights
 from coba_trl.generation.peft_sync import check_peft_sync
 from coba_trl.generation.requests import GroupedClient
 from coba_trl.generation.row_shares import padding, share_of
@@ -68,7 +69,9 @@ class CoBAVLLMGeneration(VLLMGeneration):
 
     def _init_vllm(self):
         if self.mode == "server" and self.accelerator.device.type == "cpu":
-            # TRL's client sends weights over NCCL, which needs CUDA: a CPU trainer sends them as a file.
+            # TRL's client sends weights over NCCL, which needs CUDA: a CPU trainer sends them as a file, to
+            # coba-trl's CPU server on its Unix socket (by default this user's: no address is set).
+            self.server_base_url = client_base_url(self.server_base_url, self.server_host, self.server_port)
             with patch.object(trl_vllm_generation, "VLLMClient", CPUWeightSyncClient):
                 return super()._init_vllm()
         if self.mode == "colocate" and vllm_on_cpu():

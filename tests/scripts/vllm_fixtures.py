@@ -8,17 +8,19 @@ weights before its first generation, so what an earlier test left in the engine 
 packs every linear layer's weight into its GEMM kernel on any x86 CPU, the case coba-trl's weight sync exists for;
 `tied_bf16` runs in bfloat16, vLLM's own default for a float32 checkpoint, whose kernels depend on the processor.
 
-The server is the README's: its commands are read from README.md and run by a shell in a temporary folder, with
-`python` this interpreter and no `VLLM_*` variable set (a KV cache size among them), as a user's shell would run them.
-One thing differs: the port, a free one instead of 8000, which another server or another test run may hold.
+The server is the README's: its commands are read from README.md and run, as written, by a shell in a temporary
+folder, with `python` this interpreter and no `VLLM_*` variable set (a KV cache size among them), as a user's shell
+would run them. One thing differs: `XDG_RUNTIME_DIR` is a temporary folder, so the server's socket and weight folder
+(`coba-trl` in it) are this test run's, not those of a server the user runs.
 """
 
 from __future__ import annotations
 
 import os
-import socket
+import shutil
 import subprocess
 import sys
+import tempfile
 
 import pytest
 
@@ -73,19 +75,13 @@ def shared_engines(vllm_models):
         yield engines
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def readme_server_commands() -> tuple[str, str, str]:
     """The README's CPU server commands, continuation lines joined: write the model, start the server, train."""
     from tests.test_readme import shell_commands
 
     commands = shell_commands()
     write = [c for c in commands if c.startswith("python -m coba_trl.demo.model")]
-    serve = [c for c in commands if "vllm.entrypoints.openai.api_server" in c]
+    serve = [c for c in commands if "coba_trl.generation.cpu_server" in c]
     train = [c for c in commands if c.endswith("--use_vllm --vllm_mode server")]
     assert len(write) == len(serve) == len(train) == 1, (write, serve, train)
     return write[0], serve[0], train[0]
@@ -107,10 +103,16 @@ def vllm_server(tmp_path_factory):
     from coba_trl.generation.cpu_server import running_server
 
     write, serve, _ = readme_server_commands()
-    port = free_port()
-    assert serve.count(" --port 8000 ") == 1, serve
-    serve = serve.replace(" --port 8000 ", f" --port {port} ")
     cwd, env = tmp_path_factory.mktemp("vllm_server"), shell_environment()
+    # Open to others on the way to it (unlike pytest's own folders, or a real runtime folder): the test of another
+    # user's calls then stands on the server's own folder alone.
+    runtime = tempfile.mkdtemp(prefix="coba-trl-runtime-")
+    os.chmod(runtime, 0o755)
+    env["XDG_RUNTIME_DIR"] = runtime
     subprocess.run(["bash", "-c", write], cwd=cwd, env=env, check=True, capture_output=True)
-    with running_server(serve, port, str(cwd / "server.log"), cwd=str(cwd), env=env) as base_url:
-        yield base_url, str(cwd / "outputs" / "demo-model")
+    socket_path = os.path.join(runtime, "coba-trl", "vllm.sock")
+    try:
+        with running_server(serve, socket_path, str(cwd / "server.log"), cwd=str(cwd), env=env) as base_url:
+            yield base_url, str(cwd / "outputs" / "demo-model")
+    finally:
+        shutil.rmtree(runtime, ignore_errors=True)
