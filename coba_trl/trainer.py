@@ -10,8 +10,8 @@ in `coba_trl.rounds`:
    (transformers, vLLM colocate, vLLM server) makes one completion per row;
 3. the rewards TRL gathers are captured in `_calculate_rewards` and scored per variable-size group
    (`coba_trl.rounds.scoring`), then the pass-rate history p_i and the capability F_t observe the round.
-Checkpoints carry the allocator, the history, TRL's micro-step counter and the round in progress (`coba_trl.checkpoint`),
-so a run resumed from any checkpoint makes the allocations of the run it continues.
+Checkpoints carry the allocator, the history, TRL's micro-step counter and the round in progress
+(`coba_trl.checkpoint`), so a run resumed from any checkpoint makes the allocations of the run it continues.
 """
 
 from __future__ import annotations
@@ -70,9 +70,9 @@ class CoBAGRPOTrainer(GRPOTrainer):
     Takes the same arguments as [`~trl.GRPOTrainer`], with `args` a [`CoBAConfig`]; `train_dataset` is a
     [`~datasets.Dataset`], or an [`~datasets.IterableDataset`] with `prompt_id_column` set. `environment_factory` and
     `tools` run TRL's tool loop on every row, and a `rollout_func` written for GRPOTrainer works unchanged
-    (`coba_trl.rounds.rollouts`; docs/setups.md). The allocator and the pass-rate history are public (`trainer.allocator`,
-    `trainer.pass_rate_history`) and saved in every checkpoint; `trainer.rollout_groups` tells a custom rollout which
-    group each of its rows is in, while one is generated.
+    (`coba_trl.rounds.rollouts`; docs/setups.md). The allocator and the pass-rate history are public
+    (`trainer.allocator`, `trainer.pass_rate_history`) and saved in every checkpoint; `trainer.rollout_groups` tells a
+    custom rollout which group each of its rows is in, while one is generated.
 
     What the training loop hands around differs from GRPO in one place: the `inputs` that `training_step` (and
     `_prepare_inputs`) receive from the dataloader are this process's share of the round's *distinct* prompts, one

@@ -33,13 +33,13 @@ def round_metrics(plan, scored, phases: list, reward_weights, reward_func_names:
     CoBA's own keys (`coba/...`).
 
     TRL's `frac_reward_zero_std` saw groups of one: it becomes the fraction of the round's groups with zero spread
-    (`coba_trl.rounds.advantages.zero_spread_groups`, as `drop` judges them). With two phases its `reward`, `reward_std` and
-    `rewards/<name>/mean|std` saw each phase alone: all are recomputed over the whole round (unscorable rows, NaN for
+    (`coba_trl.rounds.advantages.zero_spread_groups`, as `drop` judges them). With two phases its `reward`,
+    `reward_std` and `rewards/<name>/mean|std` saw each phase alone: all are recomputed over the whole round (unscorable rows, NaN for
     every reward function, left out as TRL leaves them out). TRL's `reward` averages over completion rows, so under
     CoBA a prompt weighs as much as its group is large; `coba/reward_per_prompt` and
     `coba/rewards/<name>/mean_per_prompt` average each group's mean over prompts instead: the quantity GRPO's
     `reward` measures (all its groups are equal), for comparing curves. `coba/success_rate` is the round's share of
-    successful completions (success reward >= `success_threshold`).
+    successful completions (success reward >= `success_threshold`) among those with a success reward.
     """
     import torch
     from trl.trainer.utils import nanstd
@@ -56,7 +56,8 @@ def round_metrics(plan, scored, phases: list, reward_weights, reward_func_names:
             replaced[f"rewards/{name}/mean"] = torch.nanmean(rewards[:, column]).item()
             replaced[f"rewards/{name}/std"] = nanstd(rewards[:, column]).item()
     added = {"coba/reward_per_prompt": torch.nanmean(segment_nanmean(weighted, group_ids, num_groups)).item()}
-    added["coba/success_rate"] = float(np.sum(scored.successes) / np.sum(plan.group_sizes))
+    scored_rows = np.sum(scored.scored)  # completions with a success reward (NaN: neither success nor failure)
+    added["coba/success_rate"] = float(np.sum(scored.successes) / scored_rows) if scored_rows else float("nan")
     for column, name in enumerate(reward_func_names):
         per_prompt = segment_nanmean(rewards[:, column], group_ids, num_groups)
         added[f"coba/rewards/{name}/mean_per_prompt"] = torch.nanmean(per_prompt).item()
