@@ -35,6 +35,7 @@ from coba_trl.allocation.history import prompt_id_from_json
 
 STATE_FILE = "coba_state.json"
 STATE_VERSION = 2
+MARKED_KEY = "complete_marker"  # in the CoBA state of a save that ends by writing COMPLETE_FILE
 COMPLETE_FILE = "coba_complete.json"  # written last: the checkpoint's files and their sizes
 TRAINER_STATE_FILE = "trainer_state.json"  # transformers' TRAINER_STATE_NAME, the last file its save writes
 
@@ -91,7 +92,7 @@ def start_checkpoint(directory: str, state: dict) -> None:
     for name in (COMPLETE_FILE, TRAINER_STATE_FILE):
         if os.path.exists(os.path.join(directory, name)):
             os.remove(os.path.join(directory, name))
-    save_state(directory, state)
+    save_state(directory, {**state, MARKED_KEY: True})
 
 
 def _checkpoint_files(directory: str) -> dict[str, int]:
@@ -124,9 +125,9 @@ def write_complete_marker(directory: str) -> None:
 def incomplete_reason(directory: str) -> str | None:
     """Why the checkpoint in `directory` is incomplete (a save cut short), or None when it is complete.
 
-    With the marker: every file it lists is there with its size. Without (a checkpoint from stock TRL or an earlier
-    coba-trl): `trainer_state.json`, the last file transformers writes, reads as JSON, and each safetensors file is
-    whole (its header and its size agree)."""
+    With the marker: every file it lists is there with its size. Without, a save that writes one (its CoBA state says
+    so) was cut short; a checkpoint from stock TRL or an earlier coba-trl is complete when `trainer_state.json`, the
+    last file transformers writes, reads as JSON and each safetensors file is whole (its header and size agree)."""
     marker = os.path.join(directory, COMPLETE_FILE)
     if os.path.exists(marker):
         try:
@@ -155,7 +156,12 @@ def incomplete_reason(directory: str) -> str | None:
                     pass
             except Exception:  # safetensors raises its own SafetensorError, or OSError
                 return f"{relative} is cut short"
-    return None
+    try:
+        with open(os.path.join(directory, STATE_FILE)) as f:
+            marked = json.load(f).get(MARKED_KEY, False)
+    except (OSError, ValueError, AttributeError):
+        marked = False  # no CoBA state (stock TRL): judged by TRL's files alone
+    return f"no {COMPLETE_FILE}: the save stopped before its end" if marked else None
 
 
 def latest_complete_checkpoint(output_dir: str, warn: Callable[[str], None] = logger.warning) -> str:

@@ -33,13 +33,19 @@ PASS_RATES_FILE = "train_pass_rates.parquet"
 def pass_rates(
     completions: list[list[str]], solutions: list[str], reward_func: Callable, success_threshold: float = 1.0
 ) -> list[float]:
-    """Share of each prompt's completions whose reward is >= `success_threshold` (a NaN / None reward fails)."""
+    """Share of each prompt's scored completions whose reward is >= `success_threshold`: a NaN / None reward is neither
+    a success nor a failure, as in training; NaN for a prompt none of whose completions was scored."""
     flat = [text for row in completions for text in row]
     gold = [solution for row, solution in zip(completions, solutions, strict=True) for _ in row]
     rewards = np.array([np.nan if r is None else r for r in reward_func(flat, gold)], dtype=float)
-    success = np.nan_to_num(rewards, nan=-np.inf) >= success_threshold
+    scored = ~np.isnan(rewards)
+    success = scored & (np.nan_to_num(rewards, nan=-np.inf) >= success_threshold)
     bounds = np.cumsum([0] + [len(row) for row in completions])
-    return [float(success[start:end].mean()) for start, end in zip(bounds[:-1], bounds[1:], strict=True)]
+    rates = []
+    for start, end in zip(bounds[:-1], bounds[1:], strict=True):
+        tries = int(scored[start:end].sum())
+        rates.append(float(success[start:end].sum() / tries) if tries else float("nan"))
+    return rates
 
 
 def score_training_set(
@@ -70,6 +76,6 @@ def describe(rates: list[float]) -> str:
     """One line: how many prompts are unsolved, partly solved and solved."""
     rates = np.asarray(rates)
     return (
-        f"{rates.size} prompts, mean pass rate {rates.mean():.3f}: unsolved {np.mean(rates == 0):.1%}, "
+        f"{rates.size} prompts, mean pass rate {np.nanmean(rates):.3f}: unsolved {np.mean(rates == 0):.1%}, "
         f"partly solved {np.mean((rates > 0) & (rates < 1)):.1%}, solved {np.mean(rates == 1):.1%}"
     )

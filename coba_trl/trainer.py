@@ -51,6 +51,7 @@ from coba_trl.rounds.scoring import (
     score_round,
     screen_round,
     success_signal_warning,
+    unscored_groups_warning,
 )
 from coba_trl.rounds.source import RoundLayout, round_source
 from coba_trl.validation import check_construction, check_context_length, check_success_reward
@@ -130,7 +131,7 @@ class CoBAGRPOTrainer(GRPOTrainer):
         self.allocator = args.build_allocator()
         self.pass_rate_history = args.build_pass_rate_history()
         self._captured_rewards = None  # the rewards TRL gathered in the latest generation call
-        self._success_signal_warned = False
+        self._warned: set[str] = set()  # the once-only warnings given (`coba_trl.rounds.scoring`)
         self._current_round: dict | None = None  # the round in progress, saved with every checkpoint
         self._replay_round: dict | None = None  # the round a resumed checkpoint was saved inside of
         self._round_log = RoundLog(args.output_dir) if args.log_allocations else None
@@ -205,12 +206,15 @@ class CoBAGRPOTrainer(GRPOTrainer):
         )
         metrics, logged = self._metrics["train"], self._logs["advantages"]
         log_round(metrics, logged, plan, scored, phases, self.reward_weights, self.reward_func_names)
-        if not self._success_signal_warned:  # checked every round until the first round it applies to
-            name = ", ".join(self.reward_func_names[index] for index in self._success_indices)
-            message = success_signal_warning(phases, Scoring.of(self), name, self.args.success_reward_func)
-            if message is not None:
+        name = ", ".join(self.reward_func_names[index] for index in self._success_indices)
+        warnings = {  # each checked every round, and given once: in the first round it applies to
+            "signal": lambda: success_signal_warning(phases, Scoring.of(self), name, self.args.success_reward_func),
+            "unscored": lambda: unscored_groups_warning(scored, plan.prompt_ids, name, self.args.success_reward_func),
+        }
+        for kind, warning in warnings.items():
+            if kind not in self._warned and (message := warning()) is not None:
                 logger.warning(message)
-                self._success_signal_warned = True
+                self._warned.add(kind)
         if plan.observe:
             observe_round(self.pass_rate_history, self.allocator, plan, scored)
             if self._round_log is not None:
@@ -254,7 +258,9 @@ class CoBAGRPOTrainer(GRPOTrainer):
         self.num_generations = 1  # one completion per expanded row, in every generation backend
         if self.use_vllm:
             self.vllm_generation.stay_awake = stay_awake
-        self.rollout_groups = RolloutGroups(dealt[self.accelerator.process_index].tolist(), group_sizes.tolist())
+        self.rollout_groups = RolloutGroups(
+            dealt[self.accelerator.process_index].tolist(), group_sizes.tolist(), inputs=local_rows
+        )
         try:
             output = super()._generate_and_score_completions(local_rows)
         finally:

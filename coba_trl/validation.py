@@ -179,14 +179,7 @@ def check_dataset(
 def check_prompt_ids(values, column: str) -> None:
     """Prompt ids key the pass-rate history: each must be hashable, or a list of such values (kept as a tuple)."""
     for row, value in enumerate(values):
-        try:
-            as_prompt_id(value)
-        except TypeError:
-            raise ValueError(
-                f"prompt_id_column {column!r} holds {type(value).__name__} values ({value!r} at row {row}), which "
-                "cannot key the pass-rate history. Use a column of str, int or lists of those, e.g. `dataset.map("
-                f"lambda row: {{'prompt_id': json.dumps(row[{column!r}], sort_keys=True)}})`."
-            ) from None
+        as_prompt_id(value, column, where=f"at row {row}")
 
 
 def check_prior_values(values, column: str) -> None:
@@ -282,12 +275,17 @@ def check_success_reward(success_reward_func: str | list[str] | None, reward_fun
     if success_reward_func is None:
         return (0,)
     names = [success_reward_func] if isinstance(success_reward_func, str) else list(success_reward_func)
-    unknown = [name for name in names if name not in reward_func_names]
-    if unknown or not names:
+    if not names:
         raise ValueError(
-            f"success_reward_func is {success_reward_func!r}; {unknown[0] if unknown else 'an empty list'!r} is not "
-            f"one of the reward functions {reward_func_names}. Set it to one of these names, or to several (one per "
-            "environment whose get_reward defines its rows' success)."
+            f"success_reward_func is empty: name at least one of the reward functions {reward_func_names}, or set it "
+            "to None for the first."
+        )
+    unknown = [name for name in names if name not in reward_func_names]
+    if unknown:
+        raise ValueError(
+            f"success_reward_func is {success_reward_func!r}; {unknown[0]!r} is not one of the reward functions "
+            f"{reward_func_names}. Set it to one of these names, or to several (one per environment whose get_reward "
+            "defines its rows' success)."
         )
     return tuple(reward_func_names.index(name) for name in names)
 

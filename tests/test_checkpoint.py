@@ -109,3 +109,16 @@ def test_a_save_into_a_complete_folder_leaves_it_incomplete_until_the_marker(tmp
     folder = _checkpoint(tmp_path, 2)
     start_checkpoint(str(folder), {"micro_step": 2})
     assert not (folder / COMPLETE_FILE).exists() and incomplete_reason(str(folder)) == f"no {TRAINER_STATE_FILE}"
+
+
+def test_a_coba_save_stopped_before_its_marker_is_incomplete_even_with_whole_trl_files(tmp_path):
+    # Killed after transformers wrote trainer_state.json (or while another process still saved): the CoBA state says
+    # this save ends with the marker, so TRL's files alone do not make it complete.
+    folder = tmp_path / "checkpoint-3"
+    folder.mkdir()
+    start_checkpoint(str(folder), {"micro_step": 3})
+    save_file({"w": torch.zeros(4)}, str(folder / "model.safetensors"))
+    (folder / TRAINER_STATE_FILE).write_text(json.dumps({"global_step": 3}))
+    assert incomplete_reason(str(folder)) == f"no {COMPLETE_FILE}: the save stopped before its end"
+    write_complete_marker(str(folder))
+    assert incomplete_reason(str(folder)) is None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -85,7 +86,9 @@ def test_pass_rates_count_successes_at_the_threshold():
     def reward(completions, solutions):
         return [None if c == "?" else float(c == s) for c, s in zip(completions, solutions, strict=True)]
 
-    assert pass_rates([["1", "2", "?", "1"], ["3", "3"]], ["1", "3"], reward) == [0.5, 1.0]
+    # "?" has no reward (None): neither a success nor a failure, as in training; a prompt with none scored is NaN
+    assert pass_rates([["1", "2", "?", "1"], ["3", "3"]], ["1", "3"], reward) == [2 / 3, 1.0]
+    assert math.isnan(pass_rates([["?"]], ["1"], reward)[0])
 
 
 @pytest.mark.slow

@@ -19,6 +19,7 @@ enter every folder on its path, so other local users cannot reach the server at 
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 
@@ -49,7 +50,7 @@ def make_private_folder(path: str) -> str:
     parent = os.path.dirname(path)
     os.makedirs(parent, mode=0o700, exist_ok=True)
     info = os.stat(parent)
-    if info.st_uid not in (os.getuid(), 0) or info.st_mode & stat.S_IWOTH:
+    if info.st_uid not in (os.getuid(), 0) or info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
         raise PermissionError(
             f"{parent} is writable by other users: the CPU server's private folder {path} cannot be kept there. "
             "Pass --folder with a path inside a folder of yours."
@@ -106,7 +107,7 @@ def read_weight_file(folder: int, name: str) -> bytes:
     try:
         handle = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC, dir_fd=folder)
     except OSError as error:
-        if error.errno == 40:  # ELOOP: a symbolic link, not followed
+        if error.errno == errno.ELOOP:  # a symbolic link, not followed
             raise PermissionError(f"{name} is a link: weight files must be regular files; refused.") from None
         raise
     try:

@@ -13,8 +13,8 @@ logprobs.
 
 Every process makes the same calls, one per group size that any process holds, so that a function that gathers over
 processes (a vLLM server generation) stays in step. A process that holds no group of some size k makes that call
-with padding, never with an empty list: one of its own prompts repeated k times, with copies of its environment, and
-the output is discarded. `trainer.rollout_groups` (`RolloutGroups`) tells a function that wants the whole round which
+with padding, never with an empty list: one of its own prompts repeated k times, each with a new environment reset
+with that prompt's row (as TRL resets one), and the output is discarded. `trainer.rollout_groups` (`RolloutGroups`) tells a function that wants the whole round which
 group each row is in and how large each group is.
 """
 
@@ -35,12 +35,14 @@ class RolloutGroups:
     `group_ids[r]`: the group (index into the round's distinct prompts, in sampler order) of this process's row r;
     `group_sizes[g]`: the rows group g has in this phase over all processes (a group may span processes);
     `rows[j]`: during a `rollout_func` call, the row (index into `group_ids`) of the call's j-th prompt; None during
-    a padding call (module docstring).
+    a padding call (module docstring);
+    `inputs[r]`: this process's dataset row r (one per completion, as TRL resets an environment with it).
     """
 
     group_ids: list[int]
     group_sizes: list[int]
     rows: list[int] | None = None
+    inputs: list[dict] | None = None
 
 
 def local_groups(group_ids: list[int]) -> dict[int, list[int]]:
@@ -74,9 +76,9 @@ def grouped_rollout(rollout_func):
             mean_group_size, trainer.num_generations = trainer.num_generations, size
             trainer.rollout_groups = dataclasses.replace(groups, rows=None if padding else rows)
             if environments is not None:
-                trainer.environments = [
-                    copy.deepcopy(environments[row]) if padding else environments[row] for row in rows
-                ]
+                trainer.environments = (
+                    new_environments(trainer, groups.inputs[0], size) if padding else [environments[r] for r in rows]
+                )
             try:
                 output = rollout_func(call_prompts, trainer)
             finally:
@@ -99,12 +101,25 @@ def grouped_rollout(rollout_func):
     return call
 
 
+def new_environments(trainer, row: dict, count: int) -> list:
+    """`count` new environments for `row`, each reset with it as TRL resets one (the `environment` column, which picks
+    the factory of a dict of them, is not passed on)."""
+    multi = getattr(trainer, "_multi_environment", False)
+    factory = trainer.environment_factories[row.get("environment") if multi else None]
+    kwargs = {key: value for key, value in row.items() if not (multi and key == "environment")}
+    environments = [factory() for _ in range(count)]
+    for environment in environments:
+        environment.reset(**copy.deepcopy(kwargs))
+    return environments
+
+
 def per_row(output: dict, num_rows: int, size: int) -> dict[str, list | None]:
     """A call's output as one entry per row, as GRPOTrainer reads it: a list has one entry per prompt; a field that
-    is not a list is that value for every row; `logprobs=None` stays None (no sampling logprobs)."""
+    is not a list is that value for every row; a field that is None stays None (`logprobs=None`: no sampling
+    logprobs; `env_mask=None`: no mask)."""
     placed = {}
     for key, values in output.items():
-        if key == "logprobs" and values is None:
+        if values is None and key not in ("prompt_ids", "completion_ids"):
             placed[key] = None
         elif not isinstance(values, list):
             if key in REQUIRED:

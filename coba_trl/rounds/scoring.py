@@ -103,6 +103,20 @@ class ScoredRound:
     dropped_tokens: float = 0.0
 
 
+def unscored_groups_warning(scored: ScoredRound, prompt_ids: list, reward_name: str, field_value) -> str | None:
+    """A warning when some prompt of the round had no completion with a success reward (all NaN): it gets no pass
+    rate, as with several environments when `success_reward_func` names only one of their rewards. None otherwise."""
+    unscored = np.flatnonzero(np.asarray(scored.scored) == 0)
+    if unscored.size == 0:
+        return None
+    return (
+        f"{unscored.size} prompt(s) of this round (the first: {prompt_ids[unscored[0]]!r}) had no completion with a "
+        f"success reward: {reward_name!r} (success_reward_func={field_value!r}) left them all unscored (NaN), so "
+        "these prompts get no pass rate. With several environments, name each one's reward in success_reward_func "
+        "(the first that scores a completion defines its success). This warning is given once."
+    )
+
+
 @dataclass(frozen=True)
 class Scoring:
     """The trainer settings `score_round` applies (TRL's advantage options and the CoBA ones)."""

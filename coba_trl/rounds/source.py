@@ -29,10 +29,18 @@ from coba_trl.rounds.sampling import RoundSampler
 from coba_trl.rounds.streaming import round_stream
 
 
-def as_prompt_id(value):
-    """The key a prompt id value is kept under: itself, or for a list the tuple of its items (recursively)."""
+def as_prompt_id(value, column: str, where: str = "in a row of the round"):
+    """The key a prompt id value is kept under: itself, or for a list the tuple of its items (recursively). A value
+    that cannot be a key (a dict, a set) is a `ValueError` naming the column and the fix; `where` says which row."""
     key = prompt_id_from_json(value)
-    hash(key)  # a dict or set id is refused at construction (`coba_trl.validation.check_prompt_ids`)
+    try:
+        hash(key)
+    except TypeError:
+        raise ValueError(
+            f"prompt_id_column {column!r} holds {type(value).__name__} values ({value!r} {where}), which cannot key "
+            "the pass-rate history. Use a column of str, int or lists of those, e.g. `dataset.map(lambda row: "
+            f"{{'prompt_id': json.dumps(row[{column!r}], sort_keys=True)}})`."
+        ) from None
     return key
 
 
@@ -71,7 +79,7 @@ class IndexedRounds:
     def prompt_ids(self, micro_step: int, rank: int, local_rows: list[dict], rows: list[dict]) -> list:
         """The ids of the round's prompts `rows` (gathered, padding dropped); `local_rows` are this process's."""
         if self.layout.id_column is not None:
-            return [as_prompt_id(row[self.layout.id_column]) for row in rows]
+            return [as_prompt_id(row[self.layout.id_column], self.layout.id_column) for row in rows]
         if "prompt" not in self.dataset.column_names:  # tasks whose environments write the prompt: no check
             return self.sampler.round_indices(*self.sampler.locate(micro_step))
         if self._prompt_texts is None:
@@ -95,7 +103,7 @@ class StreamedRounds:
         )
 
     def prompt_ids(self, micro_step: int, rank: int, local_rows: list[dict], rows: list[dict]) -> list:
-        return [as_prompt_id(row[self.layout.id_column]) for row in rows]
+        return [as_prompt_id(row[self.layout.id_column], self.layout.id_column) for row in rows]
 
     def fast_forward_micro_step(self, global_step: int, gradient_accumulation_steps: int) -> int:
         # One endless epoch (`coba_trl.rounds.streaming`): the Trainer skips global_step * GA batches.

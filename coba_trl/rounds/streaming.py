@@ -5,9 +5,9 @@ A stream cannot be indexed, so no sampler orders it: `RoundStream` reshapes the 
 
 - M = `prompts_per_round` consecutive rows of the stream form a round (mini_repeat_count 1: the allocator sets the
   repeats), padded to P * ceil(M / P) rows with repeats of its own first rows and yielded `repeat_count` times in a
-  row (steps_per_generation * num_iterations), exactly the layout `RoundSampler` gives a map-style dataset; each row
-  yielded is a fresh deep copy, as TRL's stream repeats are. Rows are identified by `prompt_id_column`, so pass rates
-  carry over from one pass to the next.
+  row (steps_per_generation * num_iterations), exactly the layout `RoundSampler` gives a map-style dataset (each
+  rollout's row is then its own deep copy, `coba_trl.rounds.grouping.expand_rows`, as TRL deep-copies a stream's
+  repeats). Rows are identified by `prompt_id_column`, so pass rates carry over from one pass to the next.
 - The passes over the data are inside the stream: when the source ends, the next pass starts at once (with
   `set_epoch(pass)` forwarded to the source, so an upstream `shuffle` draws a new order each pass); a trailing partial
   round is dropped at the end of each pass. The Trainer therefore sees one endless epoch, bounded by `max_steps` (which
@@ -25,8 +25,6 @@ import itertools
 import math
 
 from torch.utils.data import IterableDataset
-
-from coba_trl.rounds.grouping import fresh_row
 
 
 class RoundStream(IterableDataset):
@@ -59,7 +57,7 @@ class RoundStream(IterableDataset):
             while len(round_rows := list(itertools.islice(rows, self.prompts_per_round))) == self.prompts_per_round:
                 padded = [round_rows[i % self.prompts_per_round] for i in range(self.padded_size)]
                 for _ in range(self.repeat_count):
-                    yield from (fresh_row(row) for row in padded)
+                    yield from (dict(row) for row in padded)
                 rounds += 1
             if rounds == 0:
                 raise ValueError(
