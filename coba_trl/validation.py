@@ -144,6 +144,7 @@ def check_dataset(
         )
     if needs_prompt:
         check_prompt_column(train_dataset)
+    first_rows = None  # a stream's first rows, read once for every check that looks at them
     if isinstance(train_dataset, IterableDataset):
         if prompt_id_column is None:
             raise ValueError(
@@ -152,9 +153,9 @@ def check_dataset(
                 "(e.g. `dataset.map(lambda row: {'prompt_id': row['problem']})` for a text key), or load the dataset "
                 "without `streaming=True`."
             )
+        first_rows = list(train_dataset.take(ROWS_PEEKED))
         if needs_prompt:
-            peeked = [row["prompt"] for row in train_dataset.take(ROWS_PEEKED)]
-            check_prompts(peeked, f" among its first {ROWS_PEEKED}")
+            check_prompts([row["prompt"] for row in first_rows], f" among its first {ROWS_PEEKED}")
     elif needs_prompt:
         check_prompts(train_dataset["prompt"])
     columns = dataset_columns(train_dataset) or []
@@ -170,9 +171,7 @@ def check_dataset(
     if prior_pass_rate_column is not None and isinstance(train_dataset, Dataset):  # a stream's are read per round
         check_prior_values(train_dataset[prior_pass_rate_column], prior_pass_rate_column)
     if prompt_id_column is not None:
-        ids = train_dataset[prompt_id_column] if isinstance(train_dataset, Dataset) else None
-        if ids is None:  # a stream: its first rows
-            ids = [row[prompt_id_column] for row in train_dataset.take(ROWS_PEEKED)]
+        ids = train_dataset[prompt_id_column] if first_rows is None else [row[prompt_id_column] for row in first_rows]
         check_prompt_ids(ids, prompt_id_column)
 
 
