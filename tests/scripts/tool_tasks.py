@@ -29,6 +29,7 @@ import torch  # noqa: E402
 import trl  # noqa: E402
 from datasets import Dataset  # noqa: E402
 
+from coba_trl.distributed import leave_multiprocess_cpu_run  # noqa: E402
 from coba_trl.tiny import build_byte_tokenizer, build_tiny_qwen2  # noqa: E402
 
 SCRIPTED_SIZES = [[1, 7], [5, 3], [2, 6]]  # two tasks per round, eight rollouts: unequal groups, unequal rounds
@@ -279,8 +280,8 @@ def main(out_dir: str, mode: str) -> None:
     seen["rollout_calls"] = record.rollout_calls
     with open(os.path.join(out_dir, f"rank{trainer.accelerator.process_index}.json"), "w") as f:
         json.dump(seen, f)
-    if torch.distributed.is_initialized():
-        torch.distributed.destroy_process_group()
+    # Leave as a multi-process CPU run should: a gloo worker thread can otherwise hold the process at exit.
+    leave_multiprocess_cpu_run()
 
 
 if __name__ == "__main__":
