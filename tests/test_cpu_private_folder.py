@@ -3,12 +3,14 @@ folder's path while the server loads, a FIFO or a link in the folder, a hard lin
 name taken first; and the server command, which listens on a socket in that private folder and nowhere else."""
 
 import os
+import shutil
 import socket
 import stat
 import subprocess
 import sys
 import tempfile
 import threading
+from pathlib import Path
 
 import pytest
 import torch
@@ -162,7 +164,17 @@ def started(monkeypatch):
     os.umask(umask)
 
 
-def test_the_server_command_listens_on_a_socket_in_the_private_folder_only(tmp_path, started, monkeypatch):
+@pytest.fixture
+def short_tmp_path():
+    """A temporary folder with a short path: pytest's `tmp_path` grows with its run counter and the test's name, and
+    can pass the length a Unix socket's path may have."""
+    folder = tempfile.mkdtemp(prefix="coba")
+    yield Path(folder)
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_the_server_command_listens_on_a_socket_in_the_private_folder_only(short_tmp_path, started, monkeypatch):
+    tmp_path = short_tmp_path
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
     assert (
         cpu_server.server_command("outputs/demo-model")
