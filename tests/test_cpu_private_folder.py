@@ -196,8 +196,8 @@ def test_the_server_command_listens_on_a_socket_in_the_private_folder_only(short
         assert refused.value.code == 2
 
 
-def test_the_server_command_replaces_a_dead_servers_socket_and_refuses_a_live_one(tmp_path, started):
-    folder = make_private_folder(str(tmp_path / "server"))
+def test_the_server_command_replaces_a_dead_servers_socket_and_refuses_a_live_one(short_tmp_path, started):
+    folder = make_private_folder(str(short_tmp_path / "server"))
     path = os.path.join(folder, SOCKET_NAME)
     with socket.socket(socket.AF_UNIX) as dead:
         dead.bind(path)  # left behind: no server listens on it
