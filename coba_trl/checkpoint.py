@@ -28,6 +28,7 @@ import tempfile
 from collections.abc import Callable
 
 import numpy as np
+import torch
 from safetensors import safe_open
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
@@ -57,6 +58,30 @@ def decode_round(saved: dict, prompt_ids: list) -> tuple[np.ndarray, np.ndarray]
         return None
     pass_rates = np.array([np.nan if rate is None else rate for rate in saved["pass_rates"]], dtype=np.float64)
     return np.asarray(saved["group_sizes"], dtype=np.int64), pass_rates
+
+
+ROWS_FILE = "coba_rows_{rank}.pt"  # a process's generated rows not yet trained, in a checkpoint saved inside a round
+
+
+def save_buffered_rows(directory: str, rank: int, batches: list[dict]) -> None:
+    """Save process `rank`'s rows of the round in progress that are not yet trained (TRL's buffered micro-batches)."""
+    os.makedirs(directory, exist_ok=True)
+    cpu = [{k: v.cpu() if torch.is_tensor(v) else v for k, v in batch.items()} for batch in batches]
+    torch.save(cpu, os.path.join(directory, ROWS_FILE.format(rank=rank)))
+
+
+def load_buffered_rows(directory: str, rank: int, num_processes: int) -> list[dict] | None:
+    """Process `rank`'s saved rows, or None when the checkpoint has none for this number of processes (a checkpoint
+    saved at a round's end, by an earlier coba-trl, or with another number of processes): the round is regenerated."""
+    names = {name for name in os.listdir(directory) if re.fullmatch(r"coba_rows_\d+\.pt", name)}
+    if names != {ROWS_FILE.format(rank=r) for r in range(num_processes)}:
+        if names:
+            logger.warning(
+                f"{directory} holds the rows of a round in progress saved by {len(names)} process(es), not "
+                f"{num_processes}: the round is generated again."
+            )
+        return None
+    return torch.load(os.path.join(directory, ROWS_FILE.format(rank=rank)), map_location="cpu", weights_only=True)
 
 
 def _write_json_atomically(path: str, content: dict) -> None:

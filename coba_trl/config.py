@@ -9,7 +9,7 @@ from dataclasses import dataclass, field, fields
 from trl import GRPOConfig
 
 ALLOCATORS = ("coba", "knapsack", "uniform")
-ZERO_VARIANCE_MODES = ("keep", "drop", "rescue")
+ZERO_VARIANCE_MODES = ("keep", "drop", "rescue", "refill")
 GROUP_WEIGHTINGS = ("row", "prompt")
 
 # The field that switches activation checkpointing in the installed transformers' TrainingArguments:
@@ -79,7 +79,26 @@ class CoBAConfig(_GRPOConfig):
             What happens to groups whose completions are all rewarded alike (no gradient): `"keep"` (released code),
             `"drop"` (left out of the loss and its token normalisation, as DAPO's filter does) or, with
             `two_phase_rounds`, `"rescue"` (phase 2 first gives each group that was all-equal in phase 1 another
-            `min_generations` completions, taken from the largest other groups).
+            `min_generations` completions, taken from the largest other groups) or `"refill"` (dynamic sampling: such
+            groups are discarded and replaced by groups of the next prompts of the epoch, generated in further phases
+            and sized by the allocator, until the round's `generation_batch_size` rows all come from groups with
+            spread; docs/spending.md).
+        max_refill_phases (`int`, *optional*, defaults to `8`):
+            With `zero_variance_groups="refill"`: the most generation phases of replacement prompts a round may add.
+            Past it the round trains on the rows with spread it has (the rest of its rows are left out of the loss)
+            and logs `coba/refill_bound_reached`. Like DAPO's `max_num_gen_batches`, counting only the extra phases.
+        skip_settled_prompts (`bool`, *optional*, defaults to `False`):
+            GRESO's selective rollout (arXiv 2506.02177): before a round is generated, a prompt whose latest groups
+            were all solved (or all failed) `c` times in a row is skipped with probability `1 - max(p^c, 0.01)`, with
+            one `p` for solved and one for failed prompts, each tuned by 0.01 per round towards its share of
+            `skip_target_zero_spread`. Skipped prompts are replaced by the next prompts of the epoch and come back
+            in later epochs; a prompt is never skipped more than `max_skips_in_a_row` visits in a row.
+        skip_target_zero_spread (`float`, *optional*, defaults to `0.25`):
+            The share of generated groups without spread that skipping aims at: a third of it for all-solved
+            groups, two thirds for all-failed ones (GRESO's split).
+        max_skips_in_a_row (`int`, *optional*, defaults to `3`):
+            A prompt skipped on this many visits in a row is generated on its next one, so every prompt is seen at
+            least once every `max_skips_in_a_row + 1` epochs, whatever its history.
         group_weighting (`str`, *optional*, defaults to `"row"`):
             How much a prompt's group weighs in the loss. `"row"` (released code, and every TRL loss): each completion
             row counts once, so a prompt given 64 rows weighs 44.9 times one given 2 at the default
@@ -169,6 +188,28 @@ class CoBAConfig(_GRPOConfig):
             "normalisation) or 'rescue' (with two_phase_rounds: more completions in phase 2).",
             "choices": list(ZERO_VARIANCE_MODES),
         },
+    )
+    max_refill_phases: int = field(
+        default=8,
+        metadata={
+            "help": "With zero_variance_groups='refill': the most generation phases of replacement prompts a round may "
+            "add; past it the round trains on the rows with spread it has."
+        },
+    )
+    skip_settled_prompts: bool = field(
+        default=False,
+        metadata={
+            "help": "Skip, before generation, prompts whose latest groups were all solved or all failed, with a "
+            "probability that rises with their run of such groups (GRESO, arXiv 2506.02177)."
+        },
+    )
+    skip_target_zero_spread: float = field(
+        default=0.25,
+        metadata={"help": "Share of generated groups without spread that skip_settled_prompts tunes towards."},
+    )
+    max_skips_in_a_row: int = field(
+        default=3,
+        metadata={"help": "With skip_settled_prompts: a prompt skipped this many visits in a row is generated next."},
     )
     group_weighting: str = field(
         default="row",
@@ -285,6 +326,20 @@ class CoBAConfig(_GRPOConfig):
                 f"zero_variance_groups='rescue' with min_generations ({self.min_generations}): a screening of one "
                 "completion per prompt finds every group all-equal, so every group would be rescued. Set "
                 "min_generations to 2 or more."
+            )
+        if self.max_refill_phases < 0:
+            raise ValueError(
+                f"max_refill_phases ({self.max_refill_phases}) must be 0 or more (0: a refill round never adds phases)."
+            )
+        if not (math.isfinite(self.skip_target_zero_spread) and 0 < self.skip_target_zero_spread < 1):
+            raise ValueError(
+                f"skip_target_zero_spread ({self.skip_target_zero_spread}) must be a share strictly between 0 and 1, "
+                "e.g. 0.25 (GRESO's)."
+            )
+        if self.max_skips_in_a_row < 1:
+            raise ValueError(
+                f"max_skips_in_a_row ({self.max_skips_in_a_row}) must be at least 1; set skip_settled_prompts=False "
+                "to skip nothing."
             )
         if self.group_weighting not in GROUP_WEIGHTINGS:
             raise ValueError(

@@ -18,10 +18,13 @@ from __future__ import annotations
 
 import os
 from contextlib import nullcontext
+from dataclasses import replace
 
 import numpy as np
+import torch
 from accelerate.logging import get_logger
 from accelerate.utils import gather_object
+from datasets import Dataset
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl import GRPOTrainer
 
@@ -29,7 +32,9 @@ from coba_trl.checkpoint import (
     STATE_FILE,
     encode_round,
     latest_complete_checkpoint,
+    load_buffered_rows,
     load_state,
+    save_buffered_rows,
     start_checkpoint,
     write_complete_marker,
 )
@@ -39,9 +44,20 @@ from coba_trl.distributed import shared_call
 from coba_trl.generation.vllm_backend import built_by_trl, check_vllm_installed
 from coba_trl.model_card import PAPER, complete_model_card
 from coba_trl.rounds.grouping import deal_groups, expand_rows, expected_length_weight
-from coba_trl.rounds.log import RoundLog, plain
+from coba_trl.rounds.log import RoundLog
 from coba_trl.rounds.metrics import log_round
 from coba_trl.rounds.plan import RoundPlan, Screening, check_plan, plan_round, prior_pass_rates, replayed_plan
+from coba_trl.rounds.refill import (
+    GenerationBatch,
+    choose_rows,
+    combined,
+    deal_chosen_rows,
+    gather_round,
+    replacement_count,
+    round_record,
+    rows_with_spread,
+    spending_metrics,
+)
 from coba_trl.rounds.rollouts import RolloutGroups, grouped_rollout
 from coba_trl.rounds.scoring import (
     Phase,
@@ -53,6 +69,7 @@ from coba_trl.rounds.scoring import (
     success_signal_warning,
     unscored_groups_warning,
 )
+from coba_trl.rounds.skipping import SettledPromptSkipper
 from coba_trl.rounds.source import RoundLayout, round_source
 from coba_trl.validation import check_construction, check_context_length, check_success_reward
 
@@ -135,6 +152,13 @@ class CoBAGRPOTrainer(GRPOTrainer):
         self._current_round: dict | None = None  # the round in progress, saved with every checkpoint
         self._replay_round: dict | None = None  # the round a resumed checkpoint was saved inside of
         self._round_log = RoundLog(args.output_dir) if args.log_allocations else None
+        # Refill and skipping take a variable number of prompts per round, drawn from the source's cursor.
+        self._draws_prompts = args.zero_variance_groups == "refill" or args.skip_settled_prompts
+        self._skipper = None
+        if args.skip_settled_prompts:
+            self._skipper = SettledPromptSkipper(args.skip_target_zero_spread, args.max_skips_in_a_row, args.seed)
+        self._skip = None if self._skipper is None else self._skipper.visit
+        self.rollouts_generated = 0  # completions generated in the run so far, all processes (saved in checkpoints)
 
     def train(self, resume_from_checkpoint=None, *args, **kwargs):
         # A fresh run starts a new allocation log; a resumed one trims it in `_load_optimizer_and_scheduler`.
@@ -165,8 +189,16 @@ class CoBAGRPOTrainer(GRPOTrainer):
         # times like TRL's sampler, in an order computed from (seed, epoch) so a resume sees it too; None for a stream.
         return self._rounds.sampler
 
+    @property
+    def _generate_every(self) -> int:
+        """Micro-steps per round: TRL generates once every steps_per_generation * num_iterations."""
+        return self.args.steps_per_generation * self.num_iterations
+
     def get_train_dataloader(self):
-        # Each process loads its share of the round's distinct prompts (padded when P does not divide M).
+        # Each process loads its share of the round's distinct prompts (padded when P does not divide M). A round
+        # drawn from the cursor reads the same table the dataloader loads (unused columns removed as it removes them).
+        if self._draws_prompts and isinstance(self._rounds.dataset, Dataset) and self.args.remove_unused_columns:
+            self._rounds.use_rows(self._remove_unused_columns(self._rounds.dataset, description="Training"))
         return self._get_dataloader(
             dataset=self._rounds.dataset,
             description="Training",
@@ -181,21 +213,78 @@ class CoBAGRPOTrainer(GRPOTrainer):
         return self._captured_rewards
 
     def _generate_and_score_completions(self, inputs):
-        """One generation round: screen (two phases), plan, generate, score, observe (`coba_trl.rounds`)."""
+        """One generation round: draw, screen (two phases), plan, generate, score, refill, observe (`coba_trl.rounds`)."""
         if not self.model.training:  # evaluation stays on TRL's fixed-group path
             return super()._generate_and_score_completions(inputs)
-        prompts = gather_object(inputs)[: self._prompts_per_round]  # gathered in sampler order: drop the padding
-        prompt_ids = self._rounds.prompt_ids(self._step, self.accelerator.process_index, inputs, prompts)
+        args, skipped = self.args, []
+        if self._draws_prompts:  # every process draws the round's prompts from the source's cursor alike
+            prompts, prompt_ids, skipped = self._rounds.draw(self._prompts_per_round, self._skip)
+        else:
+            prompts = gather_object(inputs)[: self._prompts_per_round]  # gathered in sampler order: drop the padding
+            prompt_ids = self._rounds.prompt_ids(self._step, self.accelerator.process_index, inputs, prompts)
+        batches = [self._generate_batch(prompts, prompt_ids, args.generation_batch_size)]
+        self._current_round = encode_round(prompt_ids, batches[0].plan.group_sizes, batches[0].plan.pass_rates)
+        refill = args.zero_variance_groups == "refill"
+        while refill and len(batches) <= args.max_refill_phases:  # replace the groups without spread
+            missing = args.generation_batch_size - sum(rows_with_spread(batch) for batch in batches)
+            if missing <= 0:
+                break
+            screen_rows = args.min_generations if args.two_phase_rounds else 0
+            count = replacement_count(missing, self.num_generations, self.accelerator.num_processes, screen_rows)
+            prompts, prompt_ids, more = self._rounds.draw(count, self._skip)
+            skipped += more
+            batches.append(self._generate_batch(prompts, prompt_ids, count * self.num_generations))
+        if self.use_vllm:
+            self.vllm_generation.sleep()  # the round is done generating (sleep mode; a no-op otherwise)
+        plan, scored, phases = combined(batches)
+        chosen = None
+        if refill:  # the rows with spread, dealt evenly over the processes
+            chosen = choose_rows(batches, self.accelerator.num_processes, args.generation_batch_size)
+            gathered = gather_round(batches, self._tokenizer.pad_token_id, self.accelerator)
+            batch = deal_chosen_rows(gathered, chosen, self.accelerator.process_index, self.accelerator.num_processes)
+            scored = replace(scored, batch=batch, dropped_groups=int(scored.zero_spread.sum().item()))
+        metrics, logged = self._metrics["train"], self._logs["advantages"]
+        log_round(metrics, logged, plan, scored, phases, self.reward_weights, self.reward_func_names)
+        spent = spending_metrics(plan, scored, args.zero_variance_groups, chosen, len(batches) - 1)
+        self.rollouts_generated += int(spent["coba/rollouts_generated"])
+        if self._draws_prompts:
+            spent["coba/prompts_skipped"] = float(len(skipped))
+        if self._skipper is not None:
+            spent.update({f"coba/skip_p_{kind}": p for kind, p in self._skipper.probability.items()})
+        for key, value in spent.items():
+            metrics[key].append(value)
+        name = ", ".join(self.reward_func_names[index] for index in self._success_indices)
+        warnings = {  # each checked every round, and given once: in the first round it applies to
+            "signal": lambda: success_signal_warning(phases, Scoring.of(self), name, args.success_reward_func),
+            "unscored": lambda: unscored_groups_warning(scored, plan.prompt_ids, name, args.success_reward_func),
+        }
+        for kind, warning in warnings.items():
+            if kind not in self._warned and (message := warning()) is not None:
+                logger.warning(message)
+                self._warned.add(kind)
+        if plan.observe:
+            observe_round(self.pass_rate_history, self.allocator, plan, scored)
+            if self._skipper is not None:  # tuned from the second epoch on, as GRESO does
+                flat = scored.zero_spread.cpu().numpy()
+                tune = self._rounds.cursor[0] > 0
+                self._skipper.observe_round(plan.prompt_ids, flat, scored.successes, scored.scored, tune)
+            if self._round_log is not None:
+                record = round_record(batches, args.group_weighting, skipped, chosen, self._draws_prompts)
+                record = {"micro_step": self._step, "global_step": self.state.global_step, **record}
+                shared_call(lambda: self._round_log.write(record), self.accelerator)
+        return scored.batch
+
+    def _generate_batch(self, prompts: list[dict], prompt_ids: list, budget: int) -> GenerationBatch:
+        """A batch of the round: screen (two phases), plan `budget` completions, generate and score them."""
         phases, screening = [], None
+        more_may_follow = self.args.zero_variance_groups == "refill"  # a refill batch may follow: vLLM stays awake
         if self.args.two_phase_rounds:  # phase 1: min_generations completions for every prompt
             screen_sizes = np.full(len(prompts), self.args.min_generations)
             phases.append(self._generate_phase(prompts, screen_sizes, None, stay_awake=True))
             screening = screen_round(phases[0], Scoring.of(self), len(prompts), self.args.min_generations)
-        plan = self._plan_round(prompts, prompt_ids, screening)
+        plan = self._plan_round(prompts, prompt_ids, screening, budget)
         if plan.remaining.sum() > 0:
-            phases.append(self._generate_phase(prompts, plan.remaining, plan.pass_rates))
-        if self.use_vllm:
-            self.vllm_generation.sleep()  # the round is done generating (sleep mode; a no-op otherwise)
+            phases.append(self._generate_phase(prompts, plan.remaining, plan.pass_rates, stay_awake=more_may_follow))
         scored = score_round(
             plan,
             phases,
@@ -204,43 +293,25 @@ class CoBAGRPOTrainer(GRPOTrainer):
             num_processes=self.accelerator.num_processes,
             gather_sum=lambda n: self.accelerator.gather(n).sum(),
         )
-        metrics, logged = self._metrics["train"], self._logs["advantages"]
-        log_round(metrics, logged, plan, scored, phases, self.reward_weights, self.reward_func_names)
-        name = ", ".join(self.reward_func_names[index] for index in self._success_indices)
-        warnings = {  # each checked every round, and given once: in the first round it applies to
-            "signal": lambda: success_signal_warning(phases, Scoring.of(self), name, self.args.success_reward_func),
-            "unscored": lambda: unscored_groups_warning(scored, plan.prompt_ids, name, self.args.success_reward_func),
-        }
-        for kind, warning in warnings.items():
-            if kind not in self._warned and (message := warning()) is not None:
-                logger.warning(message)
-                self._warned.add(kind)
-        if plan.observe:
-            observe_round(self.pass_rate_history, self.allocator, plan, scored)
-            if self._round_log is not None:
-                record = {"micro_step": self._step, "global_step": self.state.global_step, **plan.record}
-                record.update(
-                    group_weighting=self.args.group_weighting,
-                    successes=plain(scored.successes),
-                    scored_rollouts=plain(scored.scored),
-                )
-                shared_call(lambda: self._round_log.write(record), self.accelerator)
-        return scored.batch
+        return GenerationBatch(plan, phases, scored)
 
-    def _plan_round(self, prompts: list[dict], prompt_ids: list, screening: Screening | None = None) -> RoundPlan:
-        """The round's plan: a resumed round's saved one, else process 0's allocation, shared with every process."""
+    def _plan_round(
+        self, prompts: list[dict], prompt_ids: list, screening: Screening | None = None, budget: int | None = None
+    ) -> RoundPlan:
+        """The plan of a batch of `budget` completions (default: the round's): a resumed round's saved one, else
+        process 0's allocation, shared with every process."""
+        budget = self.args.generation_batch_size if budget is None else budget
         plan, self._replay_round = replayed_plan(self._replay_round, prompt_ids, screening), None
         if plan is None:
-            plan = shared_call(lambda: self._allocate(prompts, prompt_ids, screening), self.accelerator)
-        check_plan(plan, type(self.allocator).__name__, len(prompts), self.args.generation_batch_size)
-        self._current_round = encode_round(prompt_ids, plan.group_sizes, plan.pass_rates)
+            plan = shared_call(lambda: self._allocate(prompts, prompt_ids, screening, budget), self.accelerator)
+        check_plan(plan, type(self.allocator).__name__, len(prompts), budget)
         return plan
 
-    def _allocate(self, prompts: list[dict], prompt_ids: list, screening: Screening | None) -> RoundPlan:
+    def _allocate(self, prompts: list[dict], prompt_ids: list, screening: Screening | None, budget: int) -> RoundPlan:
         """Process 0: the allocator's plan from the pass-rate history, the prompts' priors and the screening."""
         prior = prior_pass_rates(prompts, self.args.prior_pass_rate_column)
         rescue = self.args.zero_variance_groups == "rescue"
-        budget, cap = self.args.generation_batch_size, self.args.max_generations
+        cap = self.args.max_generations
         return plan_round(prompt_ids, self.allocator, self.pass_rate_history, budget, cap, prior, screening, rescue)
 
     def _generate_phase(
@@ -288,8 +359,16 @@ class CoBAGRPOTrainer(GRPOTrainer):
             "pass_rate_history": self.pass_rate_history.state_dict(),
             "micro_step": self._step,
             "round": self._current_round,
+            "rollouts_generated": self.rollouts_generated,
         }
+        if self._draws_prompts:
+            state["cursor"] = self._rounds.cursor_state()
+        if self._skipper is not None:
+            state["skipper"] = self._skipper.state_dict()
         shared_call(lambda: start_checkpoint(folder, state), self.accelerator, run_here=self.args.should_save)
+        if self._step % self._generate_every and self._buffered_inputs is not None:
+            # Inside a round: this process's rows not yet trained, which the resumed run trains on.
+            save_buffered_rows(folder, self.accelerator.process_index, self._buffered_inputs)
         super()._save_checkpoint(model, trial)
         self.accelerator.wait_for_everyone()  # every process's files are written before the marker that says so
         shared_call(lambda: write_complete_marker(folder), self.accelerator, run_here=self.args.should_save)
@@ -302,6 +381,11 @@ class CoBAGRPOTrainer(GRPOTrainer):
         if state is not None:
             self.allocator.load_state_dict(state["allocator"])
             self.pass_rate_history.load_state_dict(state["pass_rate_history"])
+            self.rollouts_generated = int(state.get("rollouts_generated", 0))
+            if self._draws_prompts and "cursor" in state:
+                self._rounds.load_cursor_state(state["cursor"])
+            if self._skipper is not None and "skipper" in state:
+                self._skipper.load_state_dict(state["skipper"])
         else:
             logger.warning(
                 f"{os.path.join(checkpoint, STATE_FILE)} not found: resuming with an empty pass-rate history and "
@@ -317,8 +401,18 @@ class CoBAGRPOTrainer(GRPOTrainer):
         else:
             # TRL does not checkpoint its micro-step counter; restoring it keeps every later round where it was.
             self._step = state["micro_step"]
-            if self._step % (self.args.steps_per_generation * self.num_iterations) and state["round"] is not None:
-                self._replay_round = state["round"]
+            if self._step % self._generate_every:  # saved inside a round: train its saved rows, else regenerate it
+                rows = load_buffered_rows(checkpoint, self.accelerator.process_index, self.accelerator.num_processes)
+                if rows is not None:
+                    self._buffered_inputs = [
+                        {
+                            key: value.to(self.accelerator.device) if torch.is_tensor(value) else value
+                            for key, value in batch.items()
+                        }
+                        for batch in rows
+                    ]
+                elif state["round"] is not None:
+                    self._replay_round = state["round"]
         # The allocation log keeps the rounds that started before the checkpoint.
         if self._round_log is not None:
             shared_call(lambda: self._round_log.start(resume_micro_step=self._step), self.accelerator)

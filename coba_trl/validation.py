@@ -32,6 +32,9 @@ def check_construction(args, train_dataset, reward_funcs, trainer_kwargs: dict) 
         prompts_per_round = args.generation_batch_size // args.num_generations
         check_two_phase_layout(prompts_per_round, args.min_generations, args.world_size)
         check_two_phase_inputs(dataset_columns(train_dataset) or [])
+    if args.zero_variance_groups == "refill":
+        fix = "zero_variance_groups='keep' or 'drop'"
+        check_two_phase_inputs(dataset_columns(train_dataset) or [], "zero_variance_groups='refill'", fix)
 
 
 def check_two_phase_layout(prompts_per_round: int, min_generations: int, num_processes: int) -> None:
@@ -47,13 +50,15 @@ def check_two_phase_layout(prompts_per_round: int, min_generations: int, num_pro
 IMAGE_COLUMNS = ("image", "images")  # the columns TRL's GRPOTrainer reads images from
 
 
-def check_two_phase_inputs(columns: list[str]) -> None:
-    """Two phases cannot merge TRL's image inputs (`coba_trl.rounds.phases.MULTIMODAL`): refuse a dataset with images."""
+def check_two_phase_inputs(columns: list[str], setting: str = "two_phase_rounds", fix: str = "two_phase_rounds=False"):
+    """Several generation phases (two phases, refill) cannot merge TRL's image inputs
+    (`coba_trl.rounds.phases.MULTIMODAL`): refuse a dataset with images."""
     images = [column for column in IMAGE_COLUMNS if column in columns]
     if images:
         raise ValueError(
-            f"two_phase_rounds is set and train_dataset has the image column {images[0]!r}: the two phases' image "
-            "inputs (pixel_values, ...) cannot be merged into one batch. Set two_phase_rounds=False for this dataset."
+            f"{setting} is set and train_dataset has the image column {images[0]!r}: the image inputs "
+            f"(pixel_values, ...) of several generation phases cannot be merged into one batch. Set {fix} for this "
+            "dataset."
         )
 
 

@@ -216,6 +216,13 @@ def test_two_phase_rounds_refuse_images_at_construction(tmp_path):
         _construct(tmp_path, dataset, two_phase_rounds=True, min_generations=2)
 
 
+def test_refill_refuses_images_at_construction(tmp_path):
+    # Refill adds generation phases, whose image inputs cannot be merged: refused like two_phase_rounds.
+    dataset = prompt_dataset(4).add_column("image", [None] * 4)
+    with pytest.raises(ValueError, match=r"zero_variance_groups='refill' .* image column 'image'.*'keep' or 'drop'"):
+        _construct(tmp_path, dataset, zero_variance_groups="refill")
+
+
 @pytest.mark.slow
 def test_list_prompt_ids_key_the_history_as_tuples(tmp_path):
     dataset = prompt_dataset(4).add_column("key", [[i, 7] for i in range(4)])

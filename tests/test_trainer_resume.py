@@ -35,20 +35,35 @@ def _trainer(output_dir, dataset, reward=step_reward, **overrides):
     return CoBAGRPOTrainer(model, reward, args=args, train_dataset=dataset, processing_class=tokenizer)
 
 
-def _assert_resume_is_exact(tmp_path, checkpoint_step, dataset, **overrides):
+def _assert_resume_is_exact(tmp_path, checkpoint_step, dataset, saved_rows=True, **overrides):
+    """`saved_rows=False` deletes the rows of the round in progress from the checkpoint (as one saved by coba-trl
+    0.2 or with another number of processes): the resumed run regenerates that round with its saved plan."""
     full = _trainer(tmp_path / "full", dataset, **overrides)
     full_rounds = RoundRecorder(full)
     full.train()
     checkpoint = tmp_path / "full" / f"checkpoint-{checkpoint_step}"
+    rows = sorted(checkpoint.glob("coba_rows_*.pt"))
+    if not saved_rows:
+        for path in rows:
+            path.unlink()
+        (checkpoint / COMPLETE_FILE).unlink()
     resumed = _trainer(tmp_path / "resumed", dataset, **overrides)
     resumed_rounds = RoundRecorder(resumed)
     resumed.train(resume_from_checkpoint=str(checkpoint))
 
     generate_every = resumed.args.steps_per_generation * resumed.num_iterations
     micro_steps = checkpoint_step * resumed.args.gradient_accumulation_steps
-    first_round = micro_steps // generate_every  # the round the checkpoint fell in (re-planned when inside it)
-    assert len(full_rounds.rounds) >= first_round + 2
+    first_round = micro_steps // generate_every  # the round the checkpoint fell in
+    inside = micro_steps % generate_every != 0
+    assert bool(rows) == inside  # a checkpoint saved inside a round carries its rows not yet trained
+    if inside and saved_rows:  # trained from them, not planned again
+        first_round += 1
+    assert len(full_rounds.rounds) >= first_round + 1
     assert resumed_rounds.rounds == full_rounds.rounds[first_round:]
+    if saved_rows:  # the same rows and weights, and the same random state afterwards: the same losses
+        assert [h["loss"] for h in resumed.state.log_history if "loss" in h] == [
+            h["loss"] for h in full.state.log_history if "loss" in h
+        ]
     assert resumed.state.global_step == full.state.global_step
     assert resumed.allocator.state_dict() == full.allocator.state_dict()
     assert resumed.pass_rate_history.state_dict() == full.pass_rate_history.state_dict()
@@ -73,13 +88,16 @@ def test_resume_in_a_later_epoch_sees_that_epochs_prompts(tmp_path):
     assert rounds[0][0] != rounds[2][0]  # and epochs are shuffled differently
 
 
+@pytest.mark.parametrize("saved_rows", [True, False], ids=["saved-rows", "no-saved-rows"])
 @pytest.mark.parametrize("zero_variance_groups", ["keep", "rescue"])
-def test_resume_inside_a_two_phase_round(tmp_path, zero_variance_groups):
-    # The resumed run regenerates the interrupted round with its saved group sizes, whatever its screening gives.
+def test_resume_inside_a_two_phase_round(tmp_path, zero_variance_groups, saved_rows):
+    # The resumed run trains the interrupted round's saved rows; without them, it regenerates the round with its
+    # saved group sizes, whatever its screening gives.
     _assert_resume_is_exact(
         tmp_path,
         3,
         prompt_dataset(8, repeats=2),
+        saved_rows=saved_rows,
         steps_per_generation=2,
         prompt_id_column="uid",
         two_phase_rounds=True,

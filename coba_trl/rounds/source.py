@@ -12,13 +12,21 @@ which source it has:
 - `StreamedRounds` (a `datasets.IterableDataset`): `RoundStream` cuts the stream into the same rounds; prompts are
   identified by `prompt_id_column`, which a stream requires.
 
+When a round takes a variable number of prompts (`zero_variance_groups="refill"`, `skip_settled_prompts`), the
+dataloader only keeps time: every process draws the round's prompts from the source's *cursor* instead (`draw`), the
+same on every process, in the epoch's order (the sampler's permutation of epoch e, or pass e over the stream). A drawn
+prompt is consumed, skipped or not, so the epoch does not show it again; an epoch's last prompts are drawn too, and
+the next epoch's order follows at once. The cursor (epoch, position) is saved in every checkpoint (`cursor_state`).
+
 A prompt id is any hashable value of the id column; a list (Arrow's list columns) is keyed as the tuple of its items,
 the form the checkpoint's JSON gives back (`coba_trl.allocation.history.prompt_id_from_json`).
 """
 
 from __future__ import annotations
 
+import itertools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from datasets import IterableDataset
@@ -61,7 +69,31 @@ class RoundLayout:
         return math.ceil(self.prompts_per_round / self.num_processes)
 
 
-class IndexedRounds:
+class PromptCursor:
+    """What `IndexedRounds` and `StreamedRounds` share: drawing prompts from the cursor, and its checkpoint state."""
+
+    def draw(self, count: int, skip: Callable[[object], bool] | None = None) -> tuple[list[dict], list, list]:
+        """The next `count` prompts of the epoch's order that `skip` (a prompt id -> bool) does not skip: their
+        rows and ids, and the ids of the prompts skipped on the way (consumed too)."""
+        rows, ids, skipped = [], [], []
+        while len(rows) < count:
+            row, key = self._next_prompt()
+            if skip is not None and skip(key):
+                skipped.append(key)
+                continue
+            rows.append(row)
+            ids.append(key)
+        return rows, ids, skipped
+
+    def cursor_state(self) -> list[int]:
+        return [int(value) for value in self.cursor]
+
+    def load_cursor_state(self, state) -> None:
+        self.cursor = tuple(int(value) for value in state)
+        self._rows = None
+
+
+class IndexedRounds(PromptCursor):
     """Rounds of a map-style `datasets.Dataset`, in the order of `RoundSampler` (module docstring)."""
 
     def __init__(self, dataset, layout: RoundLayout):
@@ -75,6 +107,7 @@ class IndexedRounds:
             seed=layout.seed,
         )
         self._prompt_texts = None  # the prompt column, read once, to check rows against the sampler's schedule
+        self.rows = dataset  # the table `draw` reads rows from: the dataset as the dataloader loads it (`use_rows`)
 
     def prompt_ids(self, micro_step: int, rank: int, local_rows: list[dict], rows: list[dict]) -> list:
         """The ids of the round's prompts `rows` (gathered, padding dropped); `local_rows` are this process's."""
@@ -90,8 +123,27 @@ class IndexedRounds:
         """The micro-step where the Trainer's fast-forward puts the dataloader after `global_step` optimizer steps."""
         return self.sampler.fast_forward_micro_step(global_step, gradient_accumulation_steps)
 
+    cursor = (0, 0)  # (epoch, position in its permutation) of the next prompt `draw` takes
 
-class StreamedRounds:
+    def _next_prompt(self) -> tuple[dict, object]:
+        epoch, position = self.cursor
+        order = self.sampler.permutation(epoch)
+        if position >= len(order):
+            epoch, position = epoch + 1, 0
+            order = self.sampler.permutation(epoch)
+        self.cursor = (epoch, position + 1)
+        index = order[position]
+        row = self.rows[index]
+        key = (
+            index if self.layout.id_column is None else as_prompt_id(row[self.layout.id_column], self.layout.id_column)
+        )
+        return row, key
+
+    def use_rows(self, rows) -> None:
+        self.rows = rows
+
+
+class StreamedRounds(PromptCursor):
     """Rounds of a streaming `datasets.IterableDataset`, cut by `RoundStream` (module docstring)."""
 
     sampler = None  # a stream is not ordered by a sampler
@@ -101,6 +153,9 @@ class StreamedRounds:
         self.dataset = round_stream(
             dataset, layout.prompts_per_round, layout.num_processes, layout.repeat_count, layout.shuffle, layout.seed
         )
+        # The cursor reads its own copy of the (shuffled) stream, never the dataloader's iterator.
+        self._source = dataset.shuffle(seed=layout.seed) if layout.shuffle else dataset
+        self._rows = None
 
     def prompt_ids(self, micro_step: int, rank: int, local_rows: list[dict], rows: list[dict]) -> list:
         return [as_prompt_id(row[self.layout.id_column], self.layout.id_column) for row in rows]
@@ -108,6 +163,26 @@ class StreamedRounds:
     def fast_forward_micro_step(self, global_step: int, gradient_accumulation_steps: int) -> int:
         # One endless epoch (`coba_trl.rounds.streaming`): the Trainer skips global_step * GA batches.
         return global_step * gradient_accumulation_steps
+
+    cursor = (0, 0)  # (pass over the stream, rows of it consumed) of the next prompt `draw` takes
+
+    def _next_prompt(self) -> tuple[dict, object]:
+        passes, consumed = self.cursor
+        if self._rows is None:  # a fresh pass, or the position a resumed run continues from
+            if hasattr(self._source, "set_epoch"):
+                self._source.set_epoch(passes)
+            self._rows = itertools.islice(iter(self._source), consumed, None)
+        row = next(self._rows, None)
+        if row is None:
+            if consumed == 0:
+                raise ValueError("train_dataset streamed no rows: it cannot supply a round's prompts.")
+            self.cursor, self._rows = (passes + 1, 0), None
+            return self._next_prompt()
+        self.cursor = (passes, consumed + 1)
+        return dict(row), as_prompt_id(row[self.layout.id_column], self.layout.id_column)
+
+    def use_rows(self, rows) -> None:
+        """Streams are read from their own shuffled copy: nothing to set."""
 
 
 def round_source(dataset, layout: RoundLayout) -> IndexedRounds | StreamedRounds:

@@ -1,0 +1,239 @@
+"""Rounds of several generation batches: dynamic sampling that refills (`zero_variance_groups="refill"`).
+
+A round's first batch is its M prompts with the round's whole budget, screened first with `two_phase_rounds`. With
+`refill`, every group without spread (as `drop` judges it) is discarded, and further batches of the epoch's next
+prompts (`replacement_count` of them, sized by the allocator) are generated until the round has
+`generation_batch_size` rows from groups with spread, or `max_refill_phases` batches were added (docs/spending.md).
+
+Each batch is planned, generated and scored on its own (whole groups, TRL's advantage formulas). The rows the loss
+trains on are chosen from all batches on every process alike (`choose_rows`): the rows of groups with spread, in
+batch and group order, the first `generation_batch_size` of them (the last group can be cut); when the bound was
+reached first, rows of discarded groups fill the batch with their loss mask zeroed, as `drop` leaves them out. The
+chosen rows are then dealt evenly over the processes (`deal_chosen_rows`), so each trains `generation_batch_size / P`
+rows, as TRL's batching expects, whichever process generated them.
+
+`combined` views all batches as one round (group ids offset batch by batch) for the metrics, the pass-rate history and
+the capability estimate, which observe every generated group, kept or discarded.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+import numpy as np
+import torch
+
+from coba_trl.rounds.log import plain
+from coba_trl.rounds.metrics import budget_metrics
+from coba_trl.rounds.phases import PADDING, ROWS, merge_phase_outputs
+from coba_trl.rounds.plan import RoundPlan, Screening
+
+
+@dataclass
+class GenerationBatch:
+    """One batch of a round: its prompts, plan, generation phases and scoring (`coba_trl.rounds.scoring`)."""
+
+    plan: RoundPlan
+    phases: list
+    scored: object  # ScoredRound
+
+
+def replacement_count(missing_rows: int, num_generations: int, num_processes: int, screen_rows: int = 0) -> int:
+    """How many prompts a refill batch draws: enough for `missing_rows` rows at `num_generations` each, raised until
+    the batch's rows (and, with two phases, its `screen_rows` per prompt) divide evenly over the processes."""
+    count = max(math.ceil(missing_rows / num_generations), 1)
+    while (count * num_generations) % num_processes or (count * screen_rows) % num_processes:
+        count += 1
+    return count
+
+
+def local_positions(phases: list, rank: int, num_processes: int) -> np.ndarray:
+    """Positions, in the batch's gathered rows (phases one after the other), of process `rank`'s rows, in the order
+    of its local batch (TRL gives each process an equal slice of each phase's gathered rows)."""
+    local, offset = [], 0
+    for phase in phases:
+        rows = len(phase.group_ids) // num_processes
+        local.append(np.arange(offset + rank * rows, offset + (rank + 1) * rows))
+        offset += len(phase.group_ids)
+    return np.concatenate(local)
+
+
+def rows_with_spread(batch: GenerationBatch) -> int:
+    """Rows of `batch`'s groups that have a reward spread."""
+    flat = batch.scored.zero_spread.cpu().numpy()
+    return int(batch.plan.group_sizes[~flat].sum())
+
+
+@dataclass
+class ChosenRows:
+    """The round's rows for the loss, as positions in the round's rows gathered over processes (`gather_round`)."""
+
+    kept: np.ndarray  # rows of groups with spread, in batch and group order
+    filler: np.ndarray  # rows of discarded groups that fill the batch when the bound was reached (loss mask zeroed)
+
+    @property
+    def bound_reached(self) -> bool:
+        return self.filler.size > 0
+
+
+def choose_rows(batches: list[GenerationBatch], num_processes: int, rows_needed: int) -> ChosenRows:
+    """The rows the loss trains on (module docstring); the same on every process. A row's position is
+    `rank * local_rows + its position in that process's round batch` (the batches one after the other)."""
+    keys = []  # (batch, group, position, kept)
+    local_rows = sum(len(local_positions(b.phases, 0, num_processes)) for b in batches)
+    for rank in range(num_processes):
+        offset = rank * local_rows
+        for index, batch in enumerate(batches):
+            positions = local_positions(batch.phases, rank, num_processes)
+            group_ids = np.concatenate([phase.group_ids for phase in batch.phases])[positions]
+            flat = batch.scored.zero_spread.cpu().numpy()[group_ids]
+            for row, (group, discarded) in enumerate(zip(group_ids.tolist(), flat.tolist(), strict=True)):
+                keys.append((index, group, offset + row, not discarded))
+            offset += len(positions)
+    kept = sorted(key for key in keys if key[3])[:rows_needed]
+    filler = sorted((key for key in keys if not key[3]), key=lambda key: (-key[0], key[1], key[2]))
+    filler = filler[: rows_needed - len(kept)]
+    return ChosenRows(
+        np.array([key[2] for key in kept], dtype=np.int64), np.array([key[2] for key in filler], dtype=np.int64)
+    )
+
+
+def gather_round(batches: list[GenerationBatch], pad_token_id: int, accelerator) -> dict:
+    """Every process's rows of every batch, on every process: each process's batches merged (padded to the widest),
+    then padded across processes and gathered, process 0's rows first."""
+    local = merge_phase_outputs([batch.scored.batch for batch in batches], pad_token_id)
+    if accelerator is None or accelerator.num_processes == 1:
+        return local
+    gathered = {}
+    for key, value in local.items():
+        if value is None or key == "num_items_in_batch":
+            gathered[key] = value
+        elif key in PADDING:
+            side, fill = PADDING[key]
+            fill = pad_token_id if fill is None else fill
+            padded = accelerator.pad_across_processes(value, dim=1, pad_index=fill, pad_first=side == "left")
+            gathered[key] = accelerator.gather(padded)
+        else:  # ROWS: (B,)
+            gathered[key] = accelerator.gather(value)
+    return gathered
+
+
+def deal_chosen_rows(gathered: dict, chosen: ChosenRows, rank: int, num_processes: int) -> dict:
+    """Process `rank`'s share of the chosen rows (an equal slice), with the filler rows out of the loss and TRL's
+    token normaliser `num_items_in_batch` recounted over the rows every process trains."""
+    rows = np.concatenate([chosen.kept, chosen.filler])
+    share = len(rows) // num_processes
+    mine = torch.as_tensor(rows[rank * share : (rank + 1) * share], dtype=torch.long)
+    filler = torch.zeros(len(rows), dtype=torch.bool)
+    filler[len(chosen.kept) :] = True
+    every = torch.as_tensor(rows, dtype=torch.long)
+    mask = gathered["completion_mask"]
+    loss_mask = mask if gathered.get("tool_mask") is None else mask * gathered["tool_mask"]
+    device = mask.device
+    trained_tokens = loss_mask[every.to(device)][~filler.to(device)].sum()
+    batch = {}
+    for key, value in gathered.items():
+        if value is None or key == "num_items_in_batch":
+            batch[key] = value
+        elif key in PADDING or key in ROWS:
+            batch[key] = value[mine.to(value.device)]
+        else:
+            raise ValueError(
+                f"zero_variance_groups='refill' cannot deal the generation output {key!r} over processes."
+            )
+    mine_filler = filler[rank * share : (rank + 1) * share].to(device)
+    batch["completion_mask"] = torch.where(
+        mine_filler.unsqueeze(1), torch.zeros_like(batch["completion_mask"]), batch["completion_mask"]
+    )
+    batch["num_items_in_batch"] = trained_tokens
+    return batch
+
+
+def combined(batches: list[GenerationBatch]):
+    """All batches seen as one round: (plan, scored, phases) with each batch's group ids offset by the groups before
+    it, for `log_round` and `observe_round`."""
+    if len(batches) == 1:
+        return batches[0].plan, batches[0].scored, batches[0].phases
+    offsets = np.cumsum([0] + [len(b.plan.group_sizes) for b in batches[:-1]])
+    phases = [
+        replace(phase, group_ids=np.asarray(phase.group_ids) + offset)
+        for batch, offset in zip(batches, offsets, strict=True)
+        for phase in batch.phases
+    ]
+    plans = [batch.plan for batch in batches]
+    concat = np.concatenate
+    screening = None
+    if plans[0].screening is not None:
+        screens = [plan.screening for plan in plans]
+        scored_screens = [screen.outcomes[1] for screen in screens]
+        screening = Screening(
+            screens[0].rollouts,
+            concat([screen.successes for screen in screens]),
+            concat([screen.zero_spread for screen in screens]),
+            concat(scored_screens),
+        )
+    rescued = None if plans[0].rescued is None else concat([plan.rescued for plan in plans])
+    group_sizes = concat([plan.group_sizes for plan in plans])
+    pass_rates = concat([plan.pass_rates for plan in plans])
+    metrics = {**plans[0].metrics, **budget_metrics(group_sizes, pass_rates)}
+    plan = RoundPlan(
+        [prompt_id for p in plans for prompt_id in p.prompt_ids],
+        group_sizes,
+        pass_rates,
+        screening,
+        rescued,
+        observe=all(p.observe for p in plans),
+        metrics=metrics,
+    )
+    scores = [batch.scored for batch in batches]
+    weights = None if scores[0].group_weights is None else torch.cat([s.group_weights for s in scores])
+    scored = replace(
+        scores[0],
+        advantages=torch.cat([s.advantages for s in scores]),
+        zero_spread=torch.cat([s.zero_spread for s in scores]),
+        successes=concat([s.successes for s in scores]),
+        scored=concat([s.scored for s in scores]),
+        group_weights=weights,
+    )
+    return plan, scored, phases
+
+
+def spending_metrics(plan: RoundPlan, scored, mode: str, chosen: ChosenRows | None, refill_phases: int) -> dict:
+    """What a round spent and what reached the loss: `coba/rollouts_generated` (completions of every batch and phase,
+    all processes), `coba/rows_trained` (rows whose loss mask is not zeroed), `coba/rows_with_spread` (trained rows
+    of groups with spread) and, with `refill`, `coba/refill_phases` and `coba/refill_bound_reached`."""
+    sizes = np.asarray(plan.group_sizes)
+    flat = scored.zero_spread.cpu().numpy()
+    generated, with_spread = float(sizes.sum()), float(sizes[~flat].sum())
+    metrics = {"coba/rollouts_generated": generated}
+    if chosen is not None:
+        metrics["coba/rows_trained"] = metrics["coba/rows_with_spread"] = float(len(chosen.kept))
+        metrics["coba/refill_phases"] = float(refill_phases)
+        metrics["coba/refill_bound_reached"] = float(chosen.bound_reached)
+    else:
+        metrics["coba/rows_trained"] = with_spread if mode == "drop" else generated
+        metrics["coba/rows_with_spread"] = with_spread
+    return metrics
+
+
+def round_record(batches: list[GenerationBatch], group_weighting: str, skipped: list, chosen, draws: bool) -> dict:
+    """The allocation-log record of a round (`coba_trl.rounds.log`): its first batch as every round records it and,
+    when the round draws its prompts (refill, skipping), the prompts skipped, the groups discarded and each refill
+    batch's own record (prompts, pass rates, group sizes, successes)."""
+
+    def batch_record(batch: GenerationBatch) -> dict:
+        record = {**batch.plan.record, "group_weighting": group_weighting}
+        record.update(successes=plain(batch.scored.successes), scored_rollouts=plain(batch.scored.scored))
+        if chosen is not None:
+            record["discarded"] = np.flatnonzero(batch.scored.zero_spread.cpu().numpy()).tolist()
+        return record
+
+    record = batch_record(batches[0])
+    if draws:
+        record["skipped_prompts"] = list(skipped)
+        record["refills"] = [batch_record(batch) for batch in batches[1:]]
+        if chosen is not None:
+            record["rows_trained"] = int(len(chosen.kept))
+            record["bound_reached"] = bool(chosen.bound_reached)
+    return record

@@ -1,0 +1,102 @@
+"""Skipping settled prompts before generation (GRESO's selective rollout, arXiv 2506.02177), in plain numpy.
+
+A prompt whose latest groups were all solved (or all failed) is likely to be so again: GRESO skips it, before any
+completion is generated, with probability `1 - max(p^c, 0.01)`, `c` being its run of such groups in a row and `p` the
+exploration probability of its kind (one for all-solved, one for all-failed prompts, both starting at 0.5). After each
+round from the second epoch on, each `p` moves by 0.01 within [0.05, 0.95]: down (skip more) when the round's share of
+generated groups of that kind reached its target, up otherwise. The targets split `skip_target_zero_spread` a third
+to all-solved and two thirds to all-failed groups (all-failed prompts are the likelier to change as the model
+improves). A group judged zero-spread (as `drop` judges it) counts as all-solved when every scored completion
+succeeded, as all-failed otherwise; a group with spread ends the run. A skipped prompt keeps its run, so it is
+skipped as likely on its next visit, and comes back in a later epoch (exploration); `max_skips_in_a_row` bounds how
+many visits in a row it can miss.
+
+The state (runs, both `p`, the random generator) is the same on every process, changes only through `visit` and
+`observe_round`, and is saved in every checkpoint (`state_dict`), so a resumed run skips what the uninterrupted run
+skips.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from coba_trl.allocation.history import prompt_id_from_json
+
+START_PROBABILITY = 0.5  # GRESO's p_easy and p_hard at the start
+PROBABILITY_STEP = 0.01  # GRESO's adjustment per step
+PROBABILITY_BOUNDS = (0.05, 0.95)  # GRESO's min_p, max_p
+MIN_KEEP = 0.01  # a settled prompt is generated with probability at least this on each visit
+KINDS = ("solved", "failed")
+TARGET_SPLIT = {"solved": 1 / 3, "failed": 2 / 3}
+
+
+class SettledPromptSkipper:
+    """Decides, per visit of a prompt, whether to skip it; learns the runs of settled groups from each round."""
+
+    def __init__(self, target_zero_spread: float = 0.25, max_skips_in_a_row: int = 3, seed: int = 0):
+        self.target_zero_spread = target_zero_spread
+        self.max_skips_in_a_row = max_skips_in_a_row
+        self.probability = dict.fromkeys(KINDS, START_PROBABILITY)
+        self.runs: dict = {}  # prompt id -> [kind, groups in a row of that kind, visits skipped in a row]
+        self.rng = np.random.default_rng(seed)
+
+    def skip_probability(self, prompt_id) -> float:
+        """The chance that a visit of `prompt_id` is skipped now (0 for a prompt without a settled run)."""
+        run = self.runs.get(prompt_id)
+        if run is None or run[2] >= self.max_skips_in_a_row:
+            return 0.0
+        kind, count, _ = run
+        return 1.0 - max(self.probability[kind] ** count, MIN_KEEP)
+
+    def visit(self, prompt_id) -> bool:
+        """Whether this visit of `prompt_id` is skipped; draws from the generator only for prompts that can be."""
+        chance = self.skip_probability(prompt_id)
+        if chance == 0.0:
+            if prompt_id in self.runs:
+                self.runs[prompt_id][2] = 0
+            return False
+        skipped = bool(self.rng.random() < chance)
+        self.runs[prompt_id][2] = self.runs[prompt_id][2] + 1 if skipped else 0
+        return skipped
+
+    def observe_round(self, prompt_ids: list, zero_spread, successes, scored, tune: bool) -> dict[str, float]:
+        """Record a round's generated groups (runs), then, with `tune`, move each `p` towards its target. Returns the
+        round's shares of all-solved and all-failed groups."""
+        zero_spread, successes, scored = (np.asarray(a) for a in (zero_spread, successes, scored))
+        counted = {kind: 0 for kind in KINDS}
+        for prompt_id, flat, wins, tries in zip(prompt_ids, zero_spread, successes, scored, strict=True):
+            if tries == 0:  # no success reward: tells nothing about the prompt
+                continue
+            if not flat:
+                self.runs.pop(prompt_id, None)
+                continue
+            kind = "solved" if wins == tries else "failed"
+            counted[kind] += 1
+            run = self.runs.get(prompt_id)
+            self.runs[prompt_id] = [kind, run[1] + 1 if run is not None and run[0] == kind else 1, 0]
+        shares = {kind: counted[kind] / max(len(prompt_ids), 1) for kind in KINDS}
+        if tune:
+            low, high = PROBABILITY_BOUNDS
+            for kind in KINDS:
+                step = (
+                    -PROBABILITY_STEP
+                    if shares[kind] >= self.target_zero_spread * TARGET_SPLIT[kind]
+                    else PROBABILITY_STEP
+                )
+                self.probability[kind] = float(min(max(self.probability[kind] + step, low), high))
+        return shares
+
+    def state_dict(self) -> dict:
+        return {
+            "probability": dict(self.probability),
+            "runs": [[prompt_id, *run] for prompt_id, run in self.runs.items()],
+            "rng": self.rng.bit_generator.state,
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        self.probability = {kind: float(state["probability"][kind]) for kind in KINDS}
+        self.runs = {
+            prompt_id_from_json(prompt_id): [kind, int(count), int(skips)]
+            for prompt_id, kind, count, skips in state["runs"]
+        }
+        self.rng.bit_generator.state = state["rng"]

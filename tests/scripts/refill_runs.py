@@ -1,0 +1,114 @@
+"""Runs for the refill and skipping tests, on one process (imported) or two (`torchrun ... refill_runs.py OUT MODE`).
+
+`settled_reward` makes some prompts always solved (uid q<i>, i % 3 == 0), some never (i % 3 == 1) and the rest mixed:
+a mixed prompt's completions are rewarded 1 and 0 by turns, in the order the reward function receives them, so any two
+rows of a group that one process generates together differ. `SpendingRecorder` keeps what the reward saw (every
+generated completion) and what reached the loss (each round's batch), to compare with the logged figures.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import torch  # noqa: E402
+from scripts.tiny_coba import TINY_ARGS, prompt_dataset, tiny_model  # noqa: E402
+
+
+def settled_reward(completions, uid, **kwargs):
+    """1 for prompts q<i> with i % 3 == 0, 0 for i % 3 == 1, 1 and 0 by turns (row order) for the others."""
+    return [
+        1.0 if int(u[1:]) % 3 == 0 else 0.0 if int(u[1:]) % 3 == 1 else float(position % 2 == 0)
+        for position, u in enumerate(uid)
+    ]
+
+
+def settled(uid: str) -> bool:
+    return int(uid[1:]) % 3 != 2
+
+
+class SpendingRecorder:
+    """Per trainer: the uids of every completion the reward scored on this process (`seen`, one list per call), and
+    each round's batch for the loss on this process (`batches`: advantages, completion mask, num_items_in_batch)."""
+
+    def __init__(self, trainer):
+        self.seen, self.batches = [], []
+        reward = trainer.reward_funcs[0]
+
+        def record_reward(completions, uid, **kwargs):
+            self.seen.append(list(uid))
+            return reward(completions, uid, **kwargs)
+
+        record_reward.__name__ = reward.__name__
+        trainer.reward_funcs[0] = record_reward
+        generate = trainer._generate_and_score_completions
+
+        def record_round(inputs):
+            output = generate(inputs)
+            if trainer.model.training:
+                self.batches.append(
+                    {
+                        "advantages": output["advantages"].tolist(),
+                        "trained_tokens": output["completion_mask"].sum(1).tolist(),
+                        "num_items_in_batch": float(output["num_items_in_batch"]),
+                    }
+                )
+            return output
+
+        trainer._generate_and_score_completions = record_round
+
+
+def refill_trainer(output_dir, num_prompts: int = 12, **overrides):
+    """A uniform-allocator refill run on `num_prompts` prompts (4 completions each, 2 prompts per round per process)."""
+    from coba_trl import CoBAConfig, CoBAGRPOTrainer
+
+    model, tokenizer = tiny_model()
+    config = dict(
+        per_device_train_batch_size=8,
+        num_generations=4,
+        max_steps=6,
+        prompt_id_column="uid",
+        budget_allocator="uniform",
+        zero_variance_groups="refill",
+        seed=3,
+        **TINY_ARGS,
+    )
+    args = CoBAConfig(output_dir=str(output_dir), **{**config, **overrides})
+    dataset = prompt_dataset(num_prompts)
+    return CoBAGRPOTrainer(model, settled_reward, args=args, train_dataset=dataset, processing_class=tokenizer)
+
+
+MODES = {
+    "refill": {},
+    "refill-skip": {"skip_settled_prompts": True, "max_steps": 12},
+    "refill-two-phase": {"two_phase_rounds": True, "min_generations": 2},
+    "resume": {"steps_per_generation": 2, "save_strategy": "steps", "save_steps": 1, "skip_settled_prompts": True},
+}
+
+
+def main(out_dir: str, mode: str, resume_from: str | None = None) -> None:
+    """Every rank dumps what it saw to OUT_DIR/rank{R}.json, then leaves the run (`leave_multiprocess_cpu_run`)."""
+    from coba_trl.distributed import leave_multiprocess_cpu_run
+
+    trainer = refill_trainer(out_dir, **MODES[mode])
+    recorder = SpendingRecorder(trainer)
+    trainer.train(resume_from_checkpoint=resume_from)
+    rank = trainer.accelerator.process_index
+    result = {
+        "seen": recorder.seen,
+        "batches": recorder.batches,
+        "logs": [{k: v for k, v in h.items() if isinstance(v, (int, float))} for h in trainer.state.log_history],
+        "rollouts_generated": trainer.rollouts_generated,
+        "history": trainer.pass_rate_history.state_dict(),
+    }
+    with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
+        json.dump(result, f)
+    torch.distributed.barrier()
+    leave_multiprocess_cpu_run()
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])

@@ -1,0 +1,239 @@
+"""Spending rollouts only where they teach: `zero_variance_groups="refill"` (dynamic sampling), `skip_settled_prompts`
+(GRESO-style skipping) and their pilot-and-commit form with two phases, checked through the public API.
+
+The reward (`scripts.refill_runs.settled_reward`) makes a third of the prompts always solved, a third never and the
+rest mixed. Each check compares what the reward saw (every generated completion) and what reached the loss (each
+round's batch) with the logged figures and the allocation log."""
+
+import json
+import os
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scripts.refill_runs import MODES, SpendingRecorder, refill_trainer, settled
+from scripts.two_processes import run_ranks
+
+from coba_trl import CoBAConfig
+from coba_trl.rounds.log import read_rounds
+from coba_trl.rounds.refill import replacement_count
+from coba_trl.rounds.skipping import SettledPromptSkipper
+
+SCRIPT = Path(__file__).parent / "scripts" / "refill_runs.py"
+
+
+def _logged(trainer, key):
+    return [h[key] for h in trainer.state.log_history if key in h]
+
+
+def _drawn(record):
+    """The prompts a round took from the epoch's order, in order: its first batch, then each refill batch (skipped
+    prompts are listed apart, so this is the generated ones)."""
+    return list(record["prompt_ids"]) + [i for refill in record["refills"] for i in refill["prompt_ids"]]
+
+
+def _assert_trained_rows_have_spread(recorder, trainer):
+    rows = trainer.args.generation_batch_size // trainer.accelerator.num_processes
+    reached = _logged(trainer, "coba/refill_bound_reached")
+    for batch, bound in zip(recorder.batches, reached, strict=True):
+        advantages, tokens = np.array(batch["advantages"]), np.array(batch["trained_tokens"])
+        assert (
+            len(advantages) == rows
+        )  # every process trains generation_batch_size / P rows, as TRL's batching expects
+        if not bound:  # a group without spread has advantage 0 on every row
+            assert (advantages != 0).all()
+        else:  # rows of discarded groups only fill the batch, out of the loss
+            assert (tokens[advantages == 0] == 0).all()
+        if trainer.accelerator.num_processes == 1:  # TRL's token normaliser counts the trained rows only
+            assert batch["num_items_in_batch"] == tokens.sum()
+
+
+@pytest.fixture(scope="module")
+def refill_run(tmp_path_factory):
+    trainer = refill_trainer(tmp_path_factory.mktemp("refill"))
+    recorder = SpendingRecorder(trainer)
+    trainer.train()
+    return trainer, recorder
+
+
+def test_refill_trains_only_rows_of_groups_with_spread_and_logs_what_it_generated(refill_run):
+    trainer, recorder = refill_run
+    _assert_trained_rows_have_spread(recorder, trainer)
+    assert not any(_logged(trainer, "coba/refill_bound_reached"))  # the mixed prompts always fill the round
+    generated = sum(len(call) for call in recorder.seen)
+    assert sum(_logged(trainer, "coba/rollouts_generated")) == generated == trainer.rollouts_generated
+    assert generated > trainer.args.generation_batch_size * trainer.state.global_step  # refill generated more
+    assert _logged(trainer, "coba/rows_trained") == [trainer.args.generation_batch_size] * trainer.state.global_step
+
+
+def test_refill_consumes_the_epochs_prompts_in_order_and_observes_every_group(refill_run):
+    trainer, recorder = refill_run
+    records = read_rounds(trainer.args.output_dir)
+    drawn = [i for record in records for i in _drawn(record)]
+    assert [uid for call in recorder.seen for uid in dict.fromkeys(call)] == drawn  # generated in the logged order
+    for epoch in range(len(drawn) // 12):  # each epoch shows each of the 12 prompts once, refills included
+        assert sorted(drawn[12 * epoch : 12 * (epoch + 1)]) == sorted(f"q{i}" for i in range(12))
+    for record in records:  # a discarded group is one without spread: a settled prompt's
+        discarded = [record["prompt_ids"][g] for g in record["discarded"]]
+        discarded += [r["prompt_ids"][g] for r in record["refills"] for g in r["discarded"]]
+        assert all(settled(uid) for uid in discarded)
+    history = trainer.pass_rate_history
+    assert history.pass_rates(["q0", "q1"]).tolist() == [1.0, 0.0]  # discarded groups were observed too
+
+
+def test_refill_stops_at_its_bound_and_says_so(tmp_path):
+    trainer = refill_trainer(tmp_path, max_refill_phases=0, max_steps=3)
+    recorder = SpendingRecorder(trainer)
+    trainer.train()
+    reached = _logged(trainer, "coba/refill_bound_reached")
+    assert any(reached)  # 2 prompts a round: a settled one leaves the round short
+    assert _logged(trainer, "coba/refill_phases") == [0.0] * 3
+    _assert_trained_rows_have_spread(recorder, trainer)
+    rows_trained = _logged(trainer, "coba/rows_trained")
+    assert all(rows < 8 for rows, bound in zip(rows_trained, reached, strict=True) if bound)
+
+
+def test_refill_with_two_phases_screens_the_replacement_prompts_too(tmp_path):
+    trainer = refill_trainer(tmp_path, **MODES["refill-two-phase"])
+    recorder = SpendingRecorder(trainer)
+    trainer.train()
+    _assert_trained_rows_have_spread(recorder, trainer)
+    for record in read_rounds(tmp_path):
+        for batch in [record, *record["refills"]]:
+            assert batch["screen_rollouts"] == 2 and len(batch["screen_successes"]) == len(batch["prompt_ids"])
+
+
+@pytest.fixture(scope="module")
+def skipping_runs(tmp_path_factory):
+    runs = {}
+    for name, skip in (("refill", False), ("refill-skip", True)):
+        trainer = refill_trainer(tmp_path_factory.mktemp(name), skip_settled_prompts=skip, max_steps=16)
+        recorder = SpendingRecorder(trainer)
+        trainer.train()
+        runs[name] = trainer, recorder
+    return runs
+
+
+def test_skipping_generates_settled_prompts_on_fewer_visits_but_never_on_none(skipping_runs):
+    trainer, _ = skipping_runs["refill-skip"]
+    visits, generated, shown = Counter(), Counter(), 0
+    for record in read_rounds(trainer.args.output_dir):
+        if shown >= 12:  # after the first epoch every settled prompt has a run of groups without spread
+            visits.update(record["skipped_prompts"] + _drawn(record))
+            generated.update(_drawn(record))
+        shown += len(record["skipped_prompts"]) + len(_drawn(record))
+    settled_ids = [uid for uid in visits if settled(uid)]
+    assert all(generated[uid] == visits[uid] for uid in visits if not settled(uid))  # mixed: never skipped
+    assert sum(generated[uid] for uid in settled_ids) < sum(visits[uid] for uid in settled_ids)
+    for uid in settled_ids:  # skipped on at most max_skips_in_a_row visits in a row: back on a later one
+        if visits[uid] > trainer.args.max_skips_in_a_row:
+            assert generated[uid] > 0
+    assert max(_logged(trainer, "coba/prompts_skipped")) > 0
+
+
+def test_refill_with_skipping_spends_fewer_rollouts_per_row_with_spread(skipping_runs):
+    ratios = {}
+    for name, (trainer, recorder) in skipping_runs.items():
+        _assert_trained_rows_have_spread(recorder, trainer)
+        generated = sum(len(call) for call in recorder.seen)
+        assert generated == trainer.rollouts_generated
+        ratios[name] = generated / sum(_logged(trainer, "coba/rows_with_spread"))
+    assert ratios["refill-skip"] < ratios["refill"]
+
+
+def test_a_resume_inside_a_refill_round_equals_the_uninterrupted_run(tmp_path):
+    full = refill_trainer(tmp_path / "full", **MODES["resume"])
+    full.train()
+    resumed = refill_trainer(tmp_path / "resumed", **MODES["resume"])
+    resumed.train(resume_from_checkpoint=str(tmp_path / "full" / "checkpoint-3"))  # inside the second round
+    assert os.path.exists(tmp_path / "full" / "checkpoint-3" / "coba_rows_0.pt")
+    assert _logged(resumed, "loss") == _logged(full, "loss")
+    assert read_rounds(tmp_path / "resumed") == read_rounds(tmp_path / "full")[2:]
+    assert resumed.rollouts_generated == full.rollouts_generated
+    assert resumed._skipper.state_dict() == full._skipper.state_dict()
+    assert resumed.pass_rate_history.state_dict() == full.pass_rate_history.state_dict()
+
+
+def test_a_resume_inside_a_keep_round_trains_its_saved_rows(tmp_path):
+    # In every mode, a checkpoint saved inside a round carries its rows not yet trained: the losses are the same.
+    overrides = dict(MODES["resume"], zero_variance_groups="keep", skip_settled_prompts=False, budget_allocator="coba")
+    full = refill_trainer(tmp_path / "full", **overrides)
+    full.train()
+    resumed = refill_trainer(tmp_path / "resumed", **overrides)
+    resumed.train(resume_from_checkpoint=str(tmp_path / "full" / "checkpoint-3"))
+    assert _logged(resumed, "loss") == _logged(full, "loss")
+
+
+def test_replacement_prompts_fill_the_missing_rows_and_divide_over_processes():
+    assert replacement_count(5, 4, 1) == 2
+    assert replacement_count(4, 4, 1) == 1
+    assert replacement_count(4, 3, 2) == 2  # 2 x 3 rows divide over 2 processes
+    assert replacement_count(4, 4, 2, screen_rows=1) == 2  # and so do 2 x 1 screening rows
+
+
+def test_a_skipped_prompt_is_skipped_more_often_the_longer_its_run_and_comes_back():
+    skipper = SettledPromptSkipper(max_skips_in_a_row=3, seed=0)
+    skipper.observe_round(["a", "b", "c"], [True, True, False], [2, 0, 1], [2, 2, 2], tune=False)
+    assert skipper.skip_probability("a") == pytest.approx(0.5) == skipper.skip_probability("b")
+    assert skipper.skip_probability("c") == 0.0  # a group with spread ends the run
+    skipper.observe_round(["a"], [True], [2], [2], tune=False)
+    assert skipper.skip_probability("a") == pytest.approx(0.75)
+    skipper.runs["a"][1] = 50  # a long run: skipped on at most max_skips_in_a_row visits in a row
+    visits = [skipper.visit("a") for _ in range(40)]
+    assert sum(visits) > 20 and not any(all(visits[i : i + 4]) for i in range(37))
+    before = dict(skipper.probability)
+    skipper.observe_round(["a", "b", "c"], [True, False, False], [2, 1, 1], [2, 2, 2], tune=True)
+    assert skipper.probability["solved"] < before["solved"]  # 1/3 all-solved reached its target: skip more
+    assert skipper.probability["failed"] > before["failed"]  # no all-failed group: skip less
+
+
+def test_the_skip_state_round_trips_through_json():
+    skipper = SettledPromptSkipper(seed=1)
+    skipper.observe_round([("a", 1), "b"], [True, True], [2, 0], [2, 2], tune=True)
+    skipper.visit(("a", 1))
+    restored = SettledPromptSkipper(seed=2)
+    restored.load_state_dict(json.loads(json.dumps(skipper.state_dict())))
+    assert restored.state_dict() == skipper.state_dict()
+    assert [restored.visit("b") for _ in range(5)] == [skipper.visit("b") for _ in range(5)]
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "fix"),
+    [
+        ("max_refill_phases", -1, "0 or more"),
+        ("skip_target_zero_spread", 1.0, "strictly between 0 and 1"),
+        ("max_skips_in_a_row", 0, "skip_settled_prompts=False"),
+    ],
+)
+def test_bad_spending_settings_are_refused_with_the_fix(tmp_path, field, value, fix):
+    with pytest.raises(ValueError, match=fix):
+        CoBAConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, **{field: value})
+
+
+def test_refill_and_skipping_hold_on_two_processes(tmp_path):
+    (tmp_path / "skip").mkdir()
+    results = run_ranks(SCRIPT, tmp_path / "skip", "refill-skip")
+    logs = [h for h in results[0]["logs"] if "coba/rollouts_generated" in h]
+    seen = sum(len(call) for result in results for call in result["seen"])
+    assert sum(h["coba/rollouts_generated"] for h in logs) == seen == results[0]["rollouts_generated"]
+    reached = [h["coba/refill_bound_reached"] for h in logs]
+    for result in results:  # each process trains 8 of the round's 16 rows, all from groups with spread
+        for batch, bound in zip(result["batches"], reached, strict=True):
+            assert len(batch["advantages"]) == 8
+            assert bound or all(a != 0 for a in batch["advantages"])
+    assert results[0]["history"] == results[1]["history"]
+    assert sum(h["coba/prompts_skipped"] for h in logs) > 0
+    assert all(settled(uid) for record in read_rounds(tmp_path / "skip") for uid in record["skipped_prompts"])
+
+
+def test_a_resume_inside_a_refill_round_on_two_processes_equals_the_uninterrupted_run(tmp_path):
+    full, resumed = tmp_path / "full", tmp_path / "resumed"
+    full.mkdir()
+    resumed.mkdir()
+    uninterrupted = run_ranks(SCRIPT, full, "resume")
+    continued = run_ranks(SCRIPT, resumed, "resume", str(full / "checkpoint-3"))
+    for ours, theirs in zip(continued, uninterrupted, strict=True):
+        assert [h["loss"] for h in ours["logs"] if "loss" in h] == [h["loss"] for h in theirs["logs"] if "loss" in h]
+        assert ours["rollouts_generated"] == theirs["rollouts_generated"]
+    assert read_rounds(resumed) == read_rounds(full)[2:]
