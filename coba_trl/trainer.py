@@ -218,7 +218,8 @@ class CoBAGRPOTrainer(GRPOTrainer):
             return super()._generate_and_score_completions(inputs)
         args, skipped = self.args, []
         if self._draws_prompts:  # every process draws the round's prompts from the source's cursor alike
-            prompts, prompt_ids, skipped = self._rounds.draw(self._prompts_per_round, self._skip)
+            prompts, prompt_ids, first = self._rounds.draw(self._prompts_per_round, self._skip)
+            skipped = [first]  # the prompts skipped while drawing each batch
         else:
             prompts = gather_object(inputs)[: self._prompts_per_round]  # gathered in sampler order: drop the padding
             prompt_ids = self._rounds.prompt_ids(self._step, self.accelerator.process_index, inputs, prompts)
@@ -232,7 +233,7 @@ class CoBAGRPOTrainer(GRPOTrainer):
             screen_rows = args.min_generations if args.two_phase_rounds else 0
             count = replacement_count(missing, self.num_generations, self.accelerator.num_processes, screen_rows)
             prompts, prompt_ids, more = self._rounds.draw(count, self._skip)
-            skipped += more
+            skipped.append(more)
             batches.append(self._generate_batch(prompts, prompt_ids, count * self.num_generations))
         if self.use_vllm:
             self.vllm_generation.sleep()  # the round is done generating (sleep mode; a no-op otherwise)
@@ -248,7 +249,7 @@ class CoBAGRPOTrainer(GRPOTrainer):
         spent = spending_metrics(plan, scored, args.zero_variance_groups, chosen, len(batches) - 1)
         self.rollouts_generated += int(spent["coba/rollouts_generated"])
         if self._draws_prompts:
-            spent["coba/prompts_skipped"] = float(len(skipped))
+            spent["coba/prompts_skipped"] = float(sum(len(batch) for batch in skipped))
         if self._skipper is not None:
             spent.update({f"coba/skip_p_{kind}": p for kind, p in self._skipper.probability.items()})
         for key, value in spent.items():

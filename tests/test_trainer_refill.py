@@ -33,6 +33,12 @@ def _drawn(record):
     return list(record["prompt_ids"]) + [i for refill in record["refills"] for i in refill["prompt_ids"]]
 
 
+def _visited(record):
+    """Every prompt a round took from the epoch's order, skipped or generated."""
+    batches = [record, *record["refills"]]
+    return [uid for batch in batches for uid in [*batch["skipped_prompts"], *batch["prompt_ids"]]]
+
+
 def _assert_trained_rows_have_spread(recorder, trainer):
     rows = trainer.args.generation_batch_size // trainer.accelerator.num_processes
     reached = _logged(trainer, "coba/refill_bound_reached")
@@ -120,9 +126,9 @@ def test_skipping_generates_settled_prompts_on_fewer_visits_but_never_on_none(sk
     visits, generated, shown = Counter(), Counter(), 0
     for record in read_rounds(trainer.args.output_dir):
         if shown >= 12:  # after the first epoch every settled prompt has a run of groups without spread
-            visits.update(record["skipped_prompts"] + _drawn(record))
+            visits.update(_visited(record))
             generated.update(_drawn(record))
-        shown += len(record["skipped_prompts"]) + len(_drawn(record))
+        shown += len(_visited(record))
     settled_ids = [uid for uid in visits if settled(uid)]
     assert all(generated[uid] == visits[uid] for uid in visits if not settled(uid))  # mixed: never skipped
     assert sum(generated[uid] for uid in settled_ids) < sum(visits[uid] for uid in settled_ids)
@@ -224,7 +230,9 @@ def test_refill_and_skipping_hold_on_two_processes(tmp_path):
             assert bound or all(a != 0 for a in batch["advantages"])
     assert results[0]["history"] == results[1]["history"]
     assert sum(h["coba/prompts_skipped"] for h in logs) > 0
-    assert all(settled(uid) for record in read_rounds(tmp_path / "skip") for uid in record["skipped_prompts"])
+    records = read_rounds(tmp_path / "skip")
+    skipped = [uid for record in records for uid in _visited(record) if uid not in _drawn(record)]
+    assert skipped and all(settled(uid) for uid in skipped)
 
 
 def test_a_resume_inside_a_refill_round_on_two_processes_equals_the_uninterrupted_run(tmp_path):
@@ -237,3 +245,49 @@ def test_a_resume_inside_a_refill_round_on_two_processes_equals_the_uninterrupte
         assert [h["loss"] for h in ours["logs"] if "loss" in h] == [h["loss"] for h in theirs["logs"] if "loss" in h]
         assert ours["rollouts_generated"] == theirs["rollouts_generated"]
     assert read_rounds(resumed) == read_rounds(full)[2:]
+
+
+def test_refill_and_skipping_on_a_stream_take_each_pass_in_order(tmp_path):
+    from scripts.refill_runs import settled_reward
+    from scripts.tiny_coba import TINY_ARGS, prompt_dataset, tiny_model
+
+    from coba_trl import CoBAGRPOTrainer
+
+    model, tokenizer = tiny_model()
+    args = CoBAConfig(
+        output_dir=str(tmp_path),
+        per_device_train_batch_size=8,
+        num_generations=4,
+        max_steps=10,
+        prompt_id_column="uid",
+        budget_allocator="uniform",
+        zero_variance_groups="refill",
+        skip_settled_prompts=True,
+        seed=3,
+        **TINY_ARGS,
+    )
+    stream = prompt_dataset(12).to_iterable_dataset(num_shards=2)
+    trainer = CoBAGRPOTrainer(model, settled_reward, args=args, train_dataset=stream, processing_class=tokenizer)
+    recorder = SpendingRecorder(trainer)
+    trainer.train()
+    _assert_trained_rows_have_spread(recorder, trainer)
+    visits = Counter(uid for record in read_rounds(tmp_path) for uid in _visited(record))
+    assert sum(visits.values()) >= 24 and max(visits.values()) - min(visits.values()) <= 1  # pass after pass
+    assert set(visits) == {f"q{i}" for i in range(12)}
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["dataset", "stream"])
+def test_the_cursor_takes_the_epochs_order_and_consumes_skipped_prompts(stream):
+    from scripts.tiny_coba import prompt_dataset
+
+    from coba_trl.rounds.source import RoundLayout, round_source
+
+    dataset = prompt_dataset(6)
+    source = round_source(dataset.to_iterable_dataset() if stream else dataset, RoundLayout(2, 1, 1, True, 0, "uid"))
+    order = [source.draw(1)[1][0] for _ in range(12)]
+    assert sorted(order[:6]) == sorted(order[6:]) == [f"q{i}" for i in range(6)] and order[:6] != order[6:]
+    source.load_cursor_state([0, 0])
+    rows, ids, skipped = source.draw(3, skip=lambda uid: uid == order[1])
+    assert ids == [order[0], order[2], order[3]] and skipped == [order[1]] and rows[0]["uid"] == order[0]
+    source.load_cursor_state([1, 4])  # a resumed run continues where the checkpoint left the cursor
+    assert source.draw(2)[1] == order[10:12]

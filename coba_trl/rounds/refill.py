@@ -219,20 +219,22 @@ def spending_metrics(plan: RoundPlan, scored, mode: str, chosen: ChosenRows | No
 
 def round_record(batches: list[GenerationBatch], group_weighting: str, skipped: list, chosen, draws: bool) -> dict:
     """The allocation-log record of a round (`coba_trl.rounds.log`): its first batch as every round records it and,
-    when the round draws its prompts (refill, skipping), the prompts skipped, the groups discarded and each refill
-    batch's own record (prompts, pass rates, group sizes, successes)."""
+    when the round draws its prompts (refill, skipping), the prompts skipped while drawing each batch (`skipped`, one
+    list per batch), the groups discarded and each refill batch's own record (prompts, pass rates, group sizes,
+    successes)."""
 
-    def batch_record(batch: GenerationBatch) -> dict:
+    def batch_record(batch: GenerationBatch, skipped_here: list) -> dict:
         record = {**batch.plan.record, "group_weighting": group_weighting}
         record.update(successes=plain(batch.scored.successes), scored_rollouts=plain(batch.scored.scored))
+        if draws:
+            record["skipped_prompts"] = list(skipped_here)
         if chosen is not None:
             record["discarded"] = np.flatnonzero(batch.scored.zero_spread.cpu().numpy()).tolist()
         return record
 
-    record = batch_record(batches[0])
+    record = batch_record(batches[0], skipped[0] if draws else [])
     if draws:
-        record["skipped_prompts"] = list(skipped)
-        record["refills"] = [batch_record(batch) for batch in batches[1:]]
+        record["refills"] = [batch_record(b, here) for b, here in zip(batches[1:], skipped[1:], strict=True)]
         if chosen is not None:
             record["rows_trained"] = int(len(chosen.kept))
             record["bound_reached"] = bool(chosen.bound_reached)
