@@ -32,7 +32,7 @@ completions generated per trained row and per trained row with spread, in the sa
     sum (1 - s_i) n_i / sum (1 - s_i) n_i q_i.
   limit: a generator that knows every pass rate and generates only the prompt whose group of the run's mean size n
     is the likeliest to have spread: 1 / max_i q_i(n), over every prompt with a pass rate (1.01 when one prompt is at
-    0.5 with n = 8). No mode that generates whole groups does better in this model.
+    0.5 with n = 8). No mode with groups of n does better in this model; an allocator's larger groups can.
 
     python -m coba_trl.preview outputs/pass_rates/train_pass_rates.parquet --generation_batch_size 4096 \\
         --num_generations 16 --min_generations 2 --max_generations 128
