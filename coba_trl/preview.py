@@ -16,6 +16,24 @@ rate (NaN) are allocated as unseen and left out of the expectation. The JSON fil
 per allocator, in dataset order (0 for the prompts after the epoch's last whole round), so the figures can be
 recomputed from it and the pass rates.
 
+It also reports, per allocator and way of treating groups without spread (all completions rewarded alike), the
+completions generated per trained row and per trained row with spread, in the same model (q_i = 1 - p_i^n_i -
+(1 - p_i)^n_i, over the prompts of the epoch's rounds that have a pass rate):
+  keep (GRPO's default): every generated row is trained; sum n_i / sum n_i q_i per row with spread.
+  drop: the same groups are generated and the flat ones left out of the loss, so only rows with spread are trained:
+    sum n_i / sum n_i q_i for both.
+  refill (dynamic sampling, as DAPO): flat groups are discarded and replaced by the groups of further prompts of
+    the same pass rates, sized by the same allocator, until the batch is full; every trained row has spread, and in
+    the long run sum n_i / sum n_i q_i completions are generated per trained row.
+  refill + skipping (as GRESO): before generation, a prompt whose recent groups all had no spread is skipped with a
+    probability that grows with that run (1 - max(p_e^c, 0.01) after c such groups, p_e self-tuning from 0.5). The
+    preview's stationary model skips prompt i with s_i = 0.5 (1 - q_i): the chance its previous group had no spread
+    times the skip probability after one such group at p_e = 0.5. Generated per trained row (all with spread):
+    sum (1 - s_i) n_i / sum (1 - s_i) n_i q_i.
+  limit: a generator that knows every pass rate and generates only the prompt whose group of the run's mean size n
+    is the likeliest to have spread: 1 / max_i q_i(n), over every prompt with a pass rate (1.01 when one prompt is at
+    0.5 with n = 8). No mode with groups of n does better in this model; an allocator's larger groups can.
+
     python -m coba_trl.preview outputs/pass_rates/train_pass_rates.parquet --generation_batch_size 4096 \\
         --num_generations 16 --min_generations 2 --max_generations 128
     python -m coba_trl.preview outputs/pass_rates/train_pass_rates.parquet \\
@@ -74,6 +92,43 @@ def epoch_group_sizes(pass_rates, budget: int, prompts_per_round: int, allocator
     return sizes
 
 
+ZERO_VARIANCE_MODES = ("keep", "drop", "refill", "refill + skipping")
+SKIP_AFTER_ONE_FLAT_GROUP = 0.5  # GRESO's skip probability after one flat group, at its starting p_e = 0.5
+
+
+def generated_per_spread_row(pass_rates, group_sizes, weights=None) -> float:
+    """Completions generated per row with spread, sum w_i n_i / sum w_i n_i q_i, when prompt i is generated with
+    probability w_i (1 = always); inf when no row can have spread."""
+    p, n = np.asarray(pass_rates, dtype=float), np.asarray(group_sizes, dtype=float)
+    w = np.ones_like(p) if weights is None else np.asarray(weights, dtype=float)
+    generated = float(np.sum(w * n))
+    with_spread = float(np.sum(w * n * mixed_group_probability(p, n)))
+    return generated / with_spread if with_spread > 0 else math.inf
+
+
+def rollouts_per_spread_row(pass_rates, group_sizes) -> dict[str, tuple[float, float]]:
+    """Per zero-variance mode, (completions generated per trained row, per trained row with spread) for prompts at
+    `pass_rates` with groups of `group_sizes`, in the model of the module doc."""
+    p, n = np.asarray(pass_rates, dtype=float), np.asarray(group_sizes, dtype=float)
+    spread = generated_per_spread_row(p, n)
+    skipped = SKIP_AFTER_ONE_FLAT_GROUP * (1.0 - mixed_group_probability(p, n))
+    skipping = generated_per_spread_row(p, n, 1.0 - skipped)
+    return {
+        "keep": (1.0, spread),
+        "drop": (spread, spread),
+        "refill": (spread, spread),
+        "refill + skipping": (skipping,) * 2,
+    }
+
+
+def oracle_per_spread_row(pass_rates, group_size: int) -> float:
+    """The limit: completions per row with spread of a generator that generates only the prompt whose group of
+    `group_size` is the likeliest to have spread, 1 / max_i q_i; inf when none can."""
+    p = np.asarray(pass_rates, dtype=float)
+    best = float(mixed_group_probability(p, group_size).max()) if p.size else 0.0
+    return 1.0 / best if best > 0 else math.inf
+
+
 @dataclass
 class Preview:
     """The preview's figures: settings, then per allocator its group sizes by band and its expected mixed groups."""
@@ -84,6 +139,9 @@ class Preview:
     expected_mixed_per_round: dict[str, float]  # allocator -> sum over the epoch / rounds
     relative_to_uniform: dict[str, float]
     group_sizes: dict[str, np.ndarray] = field(repr=False)  # allocator -> per prompt, dataset order (0 = no round)
+    # allocator -> mode -> (generated per trained row, per trained row with spread); the limit's figure
+    rollouts_per_spread_row: dict[str, dict[str, tuple[float, float]]] = field(default_factory=dict)
+    oracle_per_spread_row: float = math.nan
 
     def to_json(self) -> dict:
         return {
@@ -99,6 +157,24 @@ class Preview:
             "expected_mixed_groups_per_round": self.expected_mixed_per_round,
             "relative_to_uniform": self.relative_to_uniform,
             "group_sizes": {name: sizes.tolist() for name, sizes in self.group_sizes.items()},
+            "rollouts_per_trained_row_with_spread": [
+                {
+                    "allocator": name,
+                    "mode": mode,
+                    "generated_per_trained_row": _finite(trained),
+                    "generated_per_trained_row_with_spread": _finite(spread),
+                }
+                for name, modes in self.rollouts_per_spread_row.items()
+                for mode, (trained, spread) in modes.items()
+            ]
+            + [
+                {
+                    "allocator": "limit",
+                    "mode": "oracle",
+                    "generated_per_trained_row": _finite(self.oracle_per_spread_row),
+                    "generated_per_trained_row_with_spread": _finite(self.oracle_per_spread_row),
+                }
+            ],
         }
 
     def to_markdown(self) -> str:
@@ -128,11 +204,32 @@ class Preview:
         ]
         for a in names:
             lines.append(f"| {a} | {self.expected_mixed_per_round[a]:.2f} | {self.relative_to_uniform[a]:.3f} |")
+        if self.rollouts_per_spread_row:
+            lines += [
+                "",
+                "Rollouts generated per trained row with spread, in the same model (keep trains every row; drop, "
+                "refill and refill + skipping train only rows with spread; refill replaces flat groups by further "
+                "prompts' groups, skipping leaves out half of the prompts whose last group was flat; the limit "
+                f"generates only the prompt likeliest to have spread, at {s['num_generations']} completions):",
+                "",
+                "| allocator | mode | generated per trained row | generated per trained row with spread |",
+                "|---|---|---:|---:|",
+            ]
+            for a, modes in self.rollouts_per_spread_row.items():
+                for mode, (trained, spread) in modes.items():
+                    lines.append(f"| {a} | {mode} | {_figure(trained)} | {_figure(spread)} |")
+            limit = _figure(self.oracle_per_spread_row)
+            lines.append(f"| limit | oracle | {limit} | {limit} |")
         return "\n".join(lines) + "\n"
 
 
 def _finite(value: float) -> float | None:
-    return None if math.isnan(value) else float(value)
+    return None if not math.isfinite(value) else float(value)
+
+
+def _figure(value: float) -> str:
+    """Two decimals; "none" where no row has spread."""
+    return f"{value:.2f}" if math.isfinite(value) else "none"
 
 
 def allocation_preview(pass_rates, budget: int, num_generations: int, allocators: dict, order=None) -> Preview:
@@ -175,7 +272,9 @@ def allocation_preview(pass_rates, budget: int, num_generations: int, allocators
         "max_generations": int(bounds.max_budget),
     }
     counts = [int(np.sum(bands == b)) for b in range(len(BANDS))]
-    return Preview(settings, counts, mean_size, mixed, relative, sizes)
+    per_spread_row = {name: rollouts_per_spread_row(p[known], s[known]) for name, s in sizes.items()}
+    oracle = oracle_per_spread_row(p[~np.isnan(p)], num_generations)
+    return Preview(settings, counts, mean_size, mixed, relative, sizes, per_spread_row, oracle)
 
 
 def write_preview(preview: Preview, output_dir: str, extra_settings: dict | None = None) -> tuple[str, str]:
