@@ -2,9 +2,11 @@
 
 Besides TRL's own files a CoBA checkpoint holds what the next allocations depend on: the allocator (F_t window ->
 alpha_t, beta_t), the pass-rate history p_i, TRL's micro-step counter (not checkpointed by TRL, so a resumed run would
-otherwise put its round boundaries in the wrong place) and the plan of the round in progress. A checkpoint saved
-inside a round lets the resumed run regenerate that round with the same group sizes for the same prompts, without
-observing it a second time (docs/training.md, "Checkpoints and exact resume").
+otherwise put its round boundaries in the wrong place), the plan of the round in progress, the completions generated
+so far and, for rounds that draw their prompts (refill, skipping), the round source's cursor and the skip state. A
+checkpoint saved inside a round also holds each process's rows not yet trained (`coba_rows_<rank>.pt`), which the
+resumed run trains on; without them it regenerates that round with the same group sizes for the same prompts,
+without observing it a second time (docs/training.md, "Checkpoints and exact resume").
 
 A checkpoint is complete once `coba_complete.json` is in it (`write_complete_marker`, after every process has saved):
 it lists each file with its size, so a file cut short, or missing, shows. `resume_from_checkpoint=True` takes the

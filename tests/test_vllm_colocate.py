@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 import torch
 from peft import LoraConfig
-from scripts.tiny_coba import RoundRecorder, step_reward
-from scripts.vllm_runs import RoundWatch, assert_vllm_followed_the_trainer, coba_trainer
+from scripts.refill_runs import SpendingRecorder, settled_reward
+from scripts.tiny_coba import RoundRecorder, prompt_dataset, step_reward
+from scripts.vllm_runs import RATIO_BOUND, RoundWatch, assert_vllm_followed_the_trainer, coba_trainer, ratio_extremes
 from transformers import AutoModelForCausalLM
 
 pytestmark = pytest.mark.vllm
@@ -57,8 +58,8 @@ def test_colocated_vllm_with_lora(tmp_path, vllm_models, shared_engines, model):
 
 
 def test_colocated_vllm_resumes_inside_a_round(tmp_path, vllm_models, shared_engines):
-    # A checkpoint inside a round (2 steps per round): the resumed run replays the round's saved plan and then
-    # plans what the uninterrupted run planned. The reward depends on the prompt and the step only.
+    # A checkpoint inside a round (2 steps per round): the resumed run trains the round's saved rows (the same loss)
+    # and then plans what the uninterrupted run planned. The reward depends on the prompt and the step only.
     def run(output_dir, resume=None):
         trainer = coba_trainer(
             vllm_models["tied"],
@@ -76,7 +77,9 @@ def test_colocated_vllm_resumes_inside_a_round(tmp_path, vllm_models, shared_eng
 
     full, full_rounds = run(tmp_path / "full")
     resumed, resumed_rounds = run(tmp_path / "resumed", str(tmp_path / "full" / "checkpoint-3"))
-    assert resumed_rounds == full_rounds[1:]
+    assert resumed_rounds == full_rounds[2:]
+    losses = [[h["loss"] for h in run.state.log_history if "loss" in h] for run in (full, resumed)]
+    assert losses[1][3] == losses[0][3]  # step 4: the saved rows of the round checkpoint-3 was inside
     assert resumed.allocator.state_dict() == full.allocator.state_dict()
     assert len({tuple(sizes) for _, sizes in full_rounds}) > 1
 
@@ -159,3 +162,31 @@ def test_uniform_allocation_with_colocated_vllm_reproduces_grpo(tmp_path, vllm_m
     grpo, grpo_log = run(GRPOTrainer, GRPOConfig, "grpo")
     coba, coba_log = run(CoBAGRPOTrainer, CoBAConfig, "coba", budget_allocator="uniform")
     assert_runs_agree(coba, coba_log, grpo, grpo_log)
+
+
+@pytest.mark.parametrize("two_phase", [False, True], ids=["refill", "pilot-and-commit"])
+def test_colocated_vllm_refills_and_skips(tmp_path, vllm_models, shared_engines, two_phase):
+    # Refill with skipping on a colocated engine: every trained row has spread, the logged rollouts are the ones the
+    # reward scored, and vLLM still computes with the trainer's weights (the ratio bound) through the extra phases.
+    trainer = coba_trainer(
+        vllm_models["tied"],
+        str(tmp_path),
+        RoundWatch(),
+        reward=settled_reward,
+        train_dataset=prompt_dataset(12),
+        budget_allocator="coba",
+        zero_variance_groups="refill",
+        skip_settled_prompts=True,
+        two_phase_rounds=two_phase,
+        max_steps=8,
+    )
+    recorder = SpendingRecorder(trainer)
+    trainer.train()
+    logs = [h for h in trainer.state.log_history if "coba/rollouts_generated" in h]
+    assert sum(h["coba/rollouts_generated"] for h in logs) == sum(len(c) for c in recorder.seen)
+    assert sum(h["coba/refill_phases"] for h in logs) > 0
+    for batch, log in zip(recorder.batches, logs, strict=True):
+        assert len(batch["advantages"]) == 16
+        assert log["coba/refill_bound_reached"] or all(a != 0 for a in batch["advantages"])
+    extremes = ratio_extremes(trainer)
+    assert all(1 - RATIO_BOUND <= low and high <= 1 + RATIO_BOUND for low, high in extremes), extremes

@@ -19,7 +19,9 @@ from collections import Counter
 import pytest
 import torch
 from peft import LoraConfig
-from scripts.vllm_runs import RoundWatch, assert_vllm_followed_the_trainer, coba_trainer
+from scripts.refill_runs import SpendingRecorder, settled_reward
+from scripts.tiny_coba import prompt_dataset
+from scripts.vllm_runs import RATIO_BOUND, RoundWatch, assert_vllm_followed_the_trainer, coba_trainer, ratio_extremes
 
 import coba_trl.generation.cpu_weights as cpu_weights
 from coba_trl.generation.cpu_weights import CPUWeightSyncClient
@@ -52,6 +54,32 @@ def test_server_generates_each_group_with_the_trainers_weights(tmp_path, vllm_se
         else:
             expected = expected_requests(sizes)
         assert requests == expected
+
+
+def test_server_refills_with_the_trainers_weights(tmp_path, vllm_server):
+    # Refill with skipping against the server: the extra phases are further requests, every trained row has spread,
+    # and the server samples as the trainer computes (the ratio bound).
+    base_url, model_dir = vllm_server
+    trainer = coba_trainer(
+        model_dir,
+        str(tmp_path),
+        RoundWatch(),
+        reward=settled_reward,
+        train_dataset=prompt_dataset(12),
+        vllm_mode="server",
+        vllm_server_base_url=base_url,
+        zero_variance_groups="refill",
+        skip_settled_prompts=True,
+    )
+    recorder = SpendingRecorder(trainer)
+    trainer.train()
+    logs = [h for h in trainer.state.log_history if "coba/rollouts_generated" in h]
+    assert sum(h["coba/rollouts_generated"] for h in logs) == sum(len(c) for c in recorder.seen)
+    assert sum(h["coba/refill_phases"] for h in logs) > 0
+    for batch, log in zip(recorder.batches, logs, strict=True):
+        assert log["coba/refill_bound_reached"] or all(a != 0 for a in batch["advantages"])
+    extremes = ratio_extremes(trainer)
+    assert all(1 - RATIO_BOUND <= low and high <= 1 + RATIO_BOUND for low, high in extremes), extremes
 
 
 def test_server_samples_from_the_merged_lora_weights(tmp_path, vllm_server, monkeypatch):

@@ -18,10 +18,14 @@ runs round by round:
   `rescue`);
 - `group_weighting`: `"row"` or `"prompt"` (how much each group weighed in the loss);
 - `successes`: successes per prompt over the whole group (all phases), and `scored_rollouts`: its rows that had a
-  success reward (not NaN): the values the pass-rate history recorded.
+  success reward (not NaN): the values the pass-rate history recorded;
+- rounds that draw their prompts (`zero_variance_groups="refill"`, `skip_settled_prompts`) also give
+  `skipped_prompts` (skipped while drawing the batch), `discarded` (with refill: the groups without spread) and
+  `refills` (each further batch of replacement prompts, with the keys above), `rows_trained` and `bound_reached`.
 
 A run resumed from a checkpoint keeps the lines of the rounds that started before the checkpoint and continues the
-file; the round it regenerates (same plan, not observed again) is not written twice. So the file of a resumed run has
+file; the round it was saved inside of (trained from its saved rows, or regenerated with the same plan and not
+observed again) is not written twice. So the file of a resumed run has
 the same plans as the file of the run it continues. A fresh run starts a new file.
 
 A run killed while appending a line can leave that last line half-written. A round's line is written during the
