@@ -234,6 +234,7 @@ def run_arm(job: dict) -> dict:
     """
     import torch
     from study_arms import study_allocator
+    from study_budget import GeneratedRolloutBudget, generated_rollout_budget
     from study_records import RecordingTrainer, compact_rounds, timing_callbacks
     from transformers import Qwen2ForCausalLM
     from transformers.trainer_callback import PrinterCallback
@@ -267,6 +268,12 @@ def run_arm(job: dict) -> dict:
     allocator = study_allocator(job["arms"][arm], args, warm_seed, seed)
     if allocator is not None:
         trainer.allocator = allocator
+    budget = generated_rollout_budget(
+        protocol, lambda other: training_args(protocol, job["arms"], other, seed, args.output_dir)
+    )
+    stopper = None if budget is None else GeneratedRolloutBudget(budget, lambda: trainer.rollouts_generated)
+    if stopper is not None:
+        trainer.add_callback(stopper)
     machine = machine_record()
     trainer.train()
     history = trainer.state.log_history
@@ -292,6 +299,13 @@ def run_arm(job: dict) -> dict:
             if "heldout_accuracy" in r
         ],
     )
+    if stopper is not None:  # rollouts generated, not rounds x rollouts per round: arms that refill or skip differ
+        result.update(
+            rollout_budget=budget,
+            rollouts_generated=trainer.rollouts_generated,
+            stopped_by_budget_at=stopper.stopped_at,
+            generated_curve=stopper.curve,  # [optimizer step, completions generated so far] after every step
+        )
     if job["record"] == "compact":
         result.update(
             optimizer_steps=trainer.state.global_step,
