@@ -12,7 +12,15 @@ import platform
 import subprocess
 import time
 
-PILOT_SERIES = ("coba/failure_rate", "coba/alpha", "frac_reward_zero_std", "reward")
+PILOT_SERIES = (
+    "coba/failure_rate",
+    "coba/alpha",
+    "frac_reward_zero_std",
+    "reward",
+    "coba/rollouts_generated",  # None in rounds (or code) that do not log them
+    "coba/rows_with_spread",
+    "coba/refill_bound_reached",
+)
 
 
 def machine_record() -> dict:
@@ -283,6 +291,7 @@ def run_arm(job: dict) -> dict:
         result.update(machine=machine, wall_time_s=round(time.perf_counter() - start, 1))
         result["cpu_time_s"] = round(time.process_time() - cpu_start, 1)
         result["train_time_s"] = clock.steps[-1][1] if clock.steps else None  # without the held-out evaluations
+        result["optimizer_steps"] = trainer.state.global_step  # fewer than max_steps: stopped by the rollout budget
         result["generation_time_s"] = round(sum(sum(phases) for _, phases in trainer.generation_times), 1)
         result.update({key: [record.get(key) for record in rounds] for key in PILOT_SERIES})
         return write_json(pilot_path(job["output_dir"], arm, seed, warm_seed, legacy), result)

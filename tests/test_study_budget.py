@@ -111,3 +111,26 @@ def test_compact_records_keep_the_refill_and_skipping_counts_where_logged():
     (record,) = records.compact_rounds([log], rounds, [[2, [0.1, 0.1]]])
     assert (record["rollouts_generated"], record["rows_with_spread"], record["refill_phases"]) == (512, 200, 1)
     assert "prompts_skipped" not in record  # not logged, not kept
+
+
+def test_the_rollout_savings_benchmark_lists_study_5s_arms_and_checks_them_before_training(capsys):
+    from coba_trl import CoBAConfig
+
+    bench = load_benchmark("rollout_savings")
+    assert bench.main(["--list-arms"]) == 0
+    listed = [line.split(":")[0] for line in capsys.readouterr().out.splitlines()]
+    assert listed == list(load_benchmark("studies").load_study("rollout_savings").arms)
+    landed = "skip_settled_prompts" in {field.name for field in dataclasses.fields(CoBAConfig)}
+    assert bench.main(["--dry-run"]) == (0 if landed else 1)  # nothing trains either way
+    out = capsys.readouterr()
+    assert out.out.count(": ok") == (6 if landed else 0)
+    if not landed:
+        assert "the benchmark needs a trainer with" in out.err
+    results = [
+        {"arm": "dapo", "steps": 80, "generated": 12_800, "rows_trained": 10_240, "rows_with_spread": 10_240},
+        {"arm": "grpo", "steps": 100, "generated": 12_800, "rows_trained": 12_800, "rows_with_spread": 6_400},
+    ]
+    results[0]["seconds"], results[1]["seconds"] = 51.2, 64.0
+    rows = bench.table(results)
+    assert rows[2].endswith("| 1.250 | 5.00 | 1.000 | 1.000 |")
+    assert rows[3].endswith("| 2.000 | 10.00 | 1.600 | 2.000 |")
