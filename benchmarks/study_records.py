@@ -12,7 +12,8 @@ from coba_trl.trainer import CoBAGRPOTrainer
 class RecordingTrainer(CoBAGRPOTrainer):
     """Keeps every round's prompt ids, group sizes and historical pass rates (budget by difficulty over time).
 
-    `rounds`: [global step, prompt ids, group sizes, the allocator's p_i, the pooled S_i / N_i] per round.
+    `rounds`: [global step, prompt ids, group sizes, the allocator's p_i, the pooled S_i / N_i] per round; the plans
+    of a round's refill phases (the same global step) extend its entry.
     `generation_times`: [global step, seconds of each generation phase] per round (timing only).
     """
 
@@ -36,7 +37,12 @@ class RecordingTrainer(CoBAGRPOTrainer):
         successes, rollouts = self.pass_rate_history.counts(plan.prompt_ids)
         pooled = [None if n == 0 else s / n for s, n in zip(successes.tolist(), rollouts.tolist(), strict=True)]
         rates = [None if rate != rate else float(rate) for rate in plan.pass_rates]
-        self.rounds.append([self.state.global_step, list(plan.prompt_ids), plan.group_sizes.tolist(), rates, pooled])
+        entry = [self.state.global_step, list(plan.prompt_ids), plan.group_sizes.tolist(), rates, pooled]
+        if self.rounds and self.rounds[-1][0] == entry[0]:  # a further plan of the same round (refill phases)
+            for kept, more in zip(self.rounds[-1][1:], entry[1:], strict=True):
+                kept.extend(more)
+        else:
+            self.rounds.append(entry)
         return plan
 
 

@@ -260,7 +260,12 @@ def run_arm(job: dict) -> dict:
     train, heldout, _ = problem_sets(protocol)
     tokenizer = build_byte_tokenizer()
     model = Qwen2ForCausalLM.from_pretrained(warm_start_dir(job["scratch_dir"], warm_seed, legacy))
-    args = training_args(protocol, job["arms"], arm, seed, os.path.join(job["scratch_dir"], "trainer", name))
+    output_dir = os.path.join(job["scratch_dir"], "trainer", name)
+    # Before this run's config: building another one (the budget's arm) resets accelerate's state under a trainer.
+    budget = generated_rollout_budget(
+        protocol, lambda other: training_args(protocol, job["arms"], other, seed, output_dir)
+    )
+    args = training_args(protocol, job["arms"], arm, seed, output_dir)
     max_new, samples = protocol["max_completion_length"], protocol["conversion_samples"]
     clock_class, timed_heldout_accuracy = timing_callbacks()
     clock = clock_class()
@@ -276,9 +281,6 @@ def run_arm(job: dict) -> dict:
     allocator = study_allocator(job["arms"][arm], args, warm_seed, seed)
     if allocator is not None:
         trainer.allocator = allocator
-    budget = generated_rollout_budget(
-        protocol, lambda other: training_args(protocol, job["arms"], other, seed, args.output_dir)
-    )
     stopper = None if budget is None else GeneratedRolloutBudget(budget, lambda: trainer.rollouts_generated)
     if stopper is not None:
         trainer.add_callback(stopper)
