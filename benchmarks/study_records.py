@@ -12,7 +12,8 @@ from coba_trl.trainer import CoBAGRPOTrainer
 class RecordingTrainer(CoBAGRPOTrainer):
     """Keeps every round's prompt ids, group sizes and historical pass rates (budget by difficulty over time).
 
-    `rounds`: [global step, prompt ids, group sizes, the allocator's p_i, the pooled S_i / N_i] per round.
+    `rounds`: [global step, prompt ids, group sizes, the allocator's p_i, the pooled S_i / N_i] per round; the plans
+    of a round's refill phases (the same global step) extend its entry.
     `generation_times`: [global step, seconds of each generation phase] per round (timing only).
     """
 
@@ -36,7 +37,12 @@ class RecordingTrainer(CoBAGRPOTrainer):
         successes, rollouts = self.pass_rate_history.counts(plan.prompt_ids)
         pooled = [None if n == 0 else s / n for s, n in zip(successes.tolist(), rollouts.tolist(), strict=True)]
         rates = [None if rate != rate else float(rate) for rate in plan.pass_rates]
-        self.rounds.append([self.state.global_step, list(plan.prompt_ids), plan.group_sizes.tolist(), rates, pooled])
+        entry = [self.state.global_step, list(plan.prompt_ids), plan.group_sizes.tolist(), rates, pooled]
+        if self.rounds and self.rounds[-1][0] == entry[0]:  # a further plan of the same round (refill phases)
+            for kept, more in zip(self.rounds[-1][1:], entry[1:], strict=True):
+                kept.extend(more)
+        else:
+            self.rounds.append(entry)
         return plan
 
 
@@ -48,21 +54,27 @@ ROUND_KEYS = {  # compact record key: TRL / trainer log key of the round's first
     "zero_std": "frac_reward_zero_std",
     "completion_length": "completions/mean_length",
 }
-OPTION_KEYS = {  # kept only in the arms whose options log them (rescue, drop)
+OPTION_KEYS = {  # kept only where the trainer logs them (rescue, drop; refill and skipping, where the trainer has them)
     "rescued_groups": "coba/rescued_groups",
     "rescued_rows": "coba/rescued_rows",
     "rescued_with_spread": "coba/rescued_with_spread",
     "dropped_groups": "coba/dropped_groups",
     "dropped_tokens": "coba/dropped_tokens",
+    "rollouts_generated": "coba/rollouts_generated",
+    "rows_trained": "coba/rows_trained",
+    "rows_with_spread": "coba/rows_with_spread",
+    "prompts_skipped": "coba/prompts_skipped",
+    "refill_phases": "coba/refill_phases",
+    "refill_bound_reached": "coba/refill_bound_reached",
 }
 
 
 def compact_rounds(log_history: list[dict], rounds: list, generation_times: list) -> list[dict]:
     """One small record per generation round: F_t, alpha_t, beta_t, reward, zero-variance share, mean completion
-    length, the rescue's and the drop's counts where the arm logs them, the seconds of each generation phase, and
-    the group sizes' summary: min / mean / max / sd, and p per rollout against p per prompt (the rollout-weighted
-    and the plain mean of the pass rates the allocator saw; the first below the second: the budget went to harder
-    prompts). NaN-free: a missing or unseen value is None.
+    length, the counts of the rescue, the drop, the refill and the skipping where the trainer logs them, the seconds
+    of each generation phase, and the group sizes' summary: min / mean / max / sd, and p per rollout against p per
+    prompt (the rollout-weighted and the plain mean of the pass rates the allocator saw; the first below the second:
+    the budget went to harder prompts). NaN-free: a missing or unseen value is None.
     """
     logs = [record for record in log_history if "budget/mean" in record]
     records = []

@@ -12,7 +12,15 @@ import platform
 import subprocess
 import time
 
-PILOT_SERIES = ("coba/failure_rate", "coba/alpha", "frac_reward_zero_std", "reward")
+PILOT_SERIES = (
+    "coba/failure_rate",
+    "coba/alpha",
+    "frac_reward_zero_std",
+    "reward",
+    "coba/rollouts_generated",  # None in rounds (or code) that do not log them
+    "coba/rows_with_spread",
+    "coba/refill_bound_reached",
+)
 
 
 def machine_record() -> dict:
@@ -234,6 +242,7 @@ def run_arm(job: dict) -> dict:
     """
     import torch
     from study_arms import study_allocator
+    from study_budget import GeneratedRolloutBudget, generated_rollout_budget
     from study_records import RecordingTrainer, compact_rounds, timing_callbacks
     from transformers import Qwen2ForCausalLM
     from transformers.trainer_callback import PrinterCallback
@@ -251,7 +260,12 @@ def run_arm(job: dict) -> dict:
     train, heldout, _ = problem_sets(protocol)
     tokenizer = build_byte_tokenizer()
     model = Qwen2ForCausalLM.from_pretrained(warm_start_dir(job["scratch_dir"], warm_seed, legacy))
-    args = training_args(protocol, job["arms"], arm, seed, os.path.join(job["scratch_dir"], "trainer", name))
+    output_dir = os.path.join(job["scratch_dir"], "trainer", name)
+    # Before this run's config: building another one (the budget's arm) resets accelerate's state under a trainer.
+    budget = generated_rollout_budget(
+        protocol, lambda other: training_args(protocol, job["arms"], other, seed, output_dir)
+    )
+    args = training_args(protocol, job["arms"], arm, seed, output_dir)
     max_new, samples = protocol["max_completion_length"], protocol["conversion_samples"]
     clock_class, timed_heldout_accuracy = timing_callbacks()
     clock = clock_class()
@@ -267,6 +281,9 @@ def run_arm(job: dict) -> dict:
     allocator = study_allocator(job["arms"][arm], args, warm_seed, seed)
     if allocator is not None:
         trainer.allocator = allocator
+    stopper = None if budget is None else GeneratedRolloutBudget(budget, lambda: trainer.rollouts_generated)
+    if stopper is not None:
+        trainer.add_callback(stopper)
     machine = machine_record()
     trainer.train()
     history = trainer.state.log_history
@@ -276,6 +293,7 @@ def run_arm(job: dict) -> dict:
         result.update(machine=machine, wall_time_s=round(time.perf_counter() - start, 1))
         result["cpu_time_s"] = round(time.process_time() - cpu_start, 1)
         result["train_time_s"] = clock.steps[-1][1] if clock.steps else None  # without the held-out evaluations
+        result["optimizer_steps"] = trainer.state.global_step  # fewer than max_steps: stopped by the rollout budget
         result["generation_time_s"] = round(sum(sum(phases) for _, phases in trainer.generation_times), 1)
         result.update({key: [record.get(key) for record in rounds] for key in PILOT_SERIES})
         return write_json(pilot_path(job["output_dir"], arm, seed, warm_seed, legacy), result)
@@ -292,6 +310,13 @@ def run_arm(job: dict) -> dict:
             if "heldout_accuracy" in r
         ],
     )
+    if stopper is not None:  # rollouts generated, not rounds x rollouts per round: arms that refill or skip differ
+        result.update(
+            rollout_budget=budget,
+            rollouts_generated=trainer.rollouts_generated,
+            stopped_by_budget_at=stopper.stopped_at,
+            generated_curve=stopper.curve,  # [optimizer step, completions generated so far] after every step
+        )
     if job["record"] == "compact":
         result.update(
             optimizer_steps=trainer.state.global_step,

@@ -1,0 +1,264 @@
+"""Rollouts generated per trained row with spread: GRPO, DAPO's refill, prompt skipping and CoBA's pilot, side by side.
+
+    python benchmarks/rollout_savings.py                         # the six arms, the demo's 100 steps each
+    python benchmarks/rollout_savings.py --max-steps 20 --arms grpo dapo greso
+    python benchmarks/rollout_savings.py --stop-at-generated-rollouts 6400   # every arm stops at 6,400 generated
+    python benchmarks/rollout_savings.py --list-arms             # the arms and their settings; trains nothing
+    python benchmarks/rollout_savings.py --dry-run               # builds and checks every arm's CoBAConfig only
+
+Each arm trains the CPU demo's warm-started model (`coba_trl.demo`: its tiny Qwen2, its warm start of 300
+supervised steps, its 512 prompts and DEMO_TRAINING_ARGS: 32 prompts x 8 = 256 rows a round, 2 optimizer steps a
+round) with the settings of study 5's arm of the same name (`benchmarks/studies/rollout_savings.py`). The warm start
+runs once; every arm starts from a copy of it, with the same seed. Prints the machine, then per arm: optimizer steps,
+completions generated (every phase, every process: the trainer's `rollouts_generated`), rows trained and rows from
+groups with a spread of rewards (the sums of `coba/rows_trained` and `coba/rows_with_spread` over the log, one
+record per round), completions generated per trained row with spread, the training wall time per such row, and
+both against the `dapo` arm measured in the same process (ratio below 1: fewer completions, or less time, per row
+that teaches). The arms run one after another on a shared machine: the load average is printed before and after.
+
+Two processes (gloo on the CPU; each process warm-starts the same model from the same seed, as the demo does):
+
+    accelerate launch --multi_gpu --num_processes 2 --num_machines 1 --mixed_precision no --dynamo_backend no \\
+        benchmarks/rollout_savings.py
+    torchrun --nproc_per_node 2 benchmarks/rollout_savings.py
+
+Generation in a colocated vLLM engine (vLLM's CPU build; each arm's engine loads the warm-started model from
+`<output-dir>/<arm>/warm_start_model`, as the demo's does): add `--use-vllm`, with one process or with either launcher.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+from coba_trl.numerics import pin_cpu_numerics
+
+if __name__ == "__main__":
+    pin_cpu_numerics()  # the demo's pinned CPU numerics (docs/numerics.md)
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from studies.rollout_savings import ARMS  # noqa: E402
+
+REFERENCE = "dapo"  # the arm every ratio is taken against
+NEEDED = ("zero_variance_groups='refill'", "skip_settled_prompts", "rollouts_generated")
+
+
+def arm_config(arm: str, output_dir: str, max_steps: int | None, seed: int, use_vllm: bool):
+    """The arm's `CoBAConfig`: the demo's training arguments, then the study arm's settings."""
+    from coba_trl import CoBAConfig
+    from coba_trl.demo.config import DEMO_TRAINING_ARGS
+
+    settings = {**DEMO_TRAINING_ARGS, "output_dir": os.path.join(output_dir, arm), "seed": seed}
+    settings.update(disable_tqdm=True, logging_steps=1)  # one log record per step: one round record per round
+    if max_steps is not None:
+        settings["max_steps"] = max_steps
+    if use_vllm:
+        settings.update(use_vllm=True, vllm_mode="colocate")
+    return CoBAConfig(**{**settings, **ARMS[arm]})
+
+
+def check_arms(arms: list[str], output_dir: str, max_steps: int | None, seed: int, use_vllm: bool) -> dict[str, str]:
+    """Each arm's configuration problem, if any (an empty dict: every arm can train here)."""
+    import dataclasses
+
+    from coba_trl import CoBAConfig
+
+    if "skip_settled_prompts" not in {field.name for field in dataclasses.fields(CoBAConfig)}:
+        # Even the arms that need neither would train here without the counts this benchmark reports.
+        return {arm: "this coba_trl logs no rollouts generated or rows with spread" for arm in arms}
+    problems = {}
+    for arm in arms:
+        try:
+            arm_config(arm, output_dir, max_steps, seed, use_vllm)
+        except (TypeError, ValueError) as error:
+            problems[arm] = str(error).splitlines()[0]
+    return problems
+
+
+def warm_started(seed: int):
+    """The demo's model after its warm start, its tokenizer, training prompts: `coba_trl.demo`'s own functions."""
+    from coba_trl.demo.config import DemoArguments
+    from coba_trl.demo.model import build_demo_model
+    from coba_trl.demo.run import WARM_START_PROBLEMS
+    from coba_trl.demo.task import demo_problem_sets
+    from coba_trl.demo.warm_start import warm_start
+
+    demo = DemoArguments()
+    model, tokenizer = build_demo_model(demo, seed)
+    train, _, sft = demo_problem_sets(demo.demo_num_train_prompts, demo.demo_num_heldout, WARM_START_PROBLEMS, seed)
+    warm_start(
+        model,
+        tokenizer,
+        sft,
+        steps=demo.demo_warm_start_steps,
+        learning_rate=demo.demo_warm_start_learning_rate,
+        seed=seed,
+        log_every=0,
+    )
+    return model, tokenizer, train
+
+
+def logged_sum(log_history: list[dict], key: str) -> float | None:
+    """The sum of a per-round metric over the log records that carry it (None: never logged)."""
+    values = [record[key] for record in log_history if key in record]
+    return sum(values) if values else None
+
+
+def train_arm(arm: str, options, warm_state: dict, tokenizer, train) -> dict:
+    """One arm from the warm start; its counts and wall time."""
+    import torch
+    from study_budget import GeneratedRolloutBudget
+    from transformers.trainer_callback import PrinterCallback
+
+    from coba_trl import CoBAGRPOTrainer
+    from coba_trl.demo.config import DemoArguments
+    from coba_trl.demo.model import build_demo_model
+    from coba_trl.demo.run import engine_model_dir
+    from coba_trl.demo.task import to_prompt_dataset
+    from coba_trl.rewards import dapo_accuracy_reward
+
+    args = arm_config(arm, options.output_dir, options.max_steps, options.seed, options.use_vllm)
+    model, _ = build_demo_model(DemoArguments(), options.seed)
+    model.load_state_dict(warm_state)
+    if options.use_vllm:
+        engine_model_dir(model, tokenizer, args)
+    torch.manual_seed(options.seed)
+    trainer = CoBAGRPOTrainer(
+        model=model,
+        reward_funcs=[dapo_accuracy_reward],
+        args=args,
+        train_dataset=to_prompt_dataset(train),
+        processing_class=tokenizer,
+    )
+    trainer.remove_callback(PrinterCallback)
+    if options.stop_at_generated_rollouts:
+        trainer.add_callback(
+            GeneratedRolloutBudget(options.stop_at_generated_rollouts, lambda: trainer.rollouts_generated)
+        )
+    start = time.perf_counter()
+    trainer.train()
+    seconds = time.perf_counter() - start
+    history = trainer.state.log_history
+    generated = getattr(trainer, "rollouts_generated", None)
+    if generated is None:
+        generated = logged_sum(history, "coba/rollouts_generated")
+    return {
+        "arm": arm,
+        "steps": trainer.state.global_step,
+        "generated": generated,
+        "rows_trained": logged_sum(history, "coba/rows_trained"),
+        "rows_with_spread": logged_sum(history, "coba/rows_with_spread"),
+        "seconds": seconds,
+    }
+
+
+def _ratio(value: float | None, reference: float | None) -> str:
+    return "" if value is None or not reference else f"{value / reference:.3f}"
+
+
+def per_row(result: dict) -> tuple[float | None, float | None]:
+    """Completions generated, and training seconds, per trained row with spread."""
+    rows = result["rows_with_spread"]
+    if not rows or result["generated"] is None:
+        return None, None
+    return result["generated"] / rows, result["seconds"] / rows
+
+
+def table(results: list[dict]) -> list[str]:
+    """The printed table: one row per arm, ratios to `REFERENCE` where it ran."""
+    reference = next((per_row(r) for r in results if r["arm"] == REFERENCE), (None, None))
+    lines = [
+        "| arm | optimizer steps | rollouts generated | rows trained | rows with spread | generated per row with "
+        f"spread | ms per row with spread | generated per row, / `{REFERENCE}` | ms per row, / `{REFERENCE}` |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for result in results:
+        generated_per_row, seconds_per_row = per_row(result)
+        cells = [
+            f"`{result['arm']}`",
+            str(result["steps"]),
+            "" if result["generated"] is None else f"{int(round(result['generated'])):,}",
+            "" if result["rows_trained"] is None else f"{int(round(result['rows_trained'])):,}",
+            "" if result["rows_with_spread"] is None else f"{int(round(result['rows_with_spread'])):,}",
+            "" if generated_per_row is None else f"{generated_per_row:.3f}",
+            "" if seconds_per_row is None else f"{seconds_per_row * 1e3:.2f}",
+            _ratio(generated_per_row, reference[0]),
+            _ratio(seconds_per_row, reference[1]),
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--arms", nargs="+", default=list(ARMS), choices=list(ARMS), help="Default: all six.")
+    parser.add_argument("--max-steps", "--max_steps", dest="max_steps", type=int, default=None)
+    parser.add_argument(
+        "--stop-at-generated-rollouts",
+        "--stop_at_generated_rollouts",
+        dest="stop_at_generated_rollouts",
+        type=int,
+        default=None,
+        help="Stop each arm at the end of the round that brings its generated completions to this many.",
+    )
+    parser.add_argument("--seed", type=int, default=0, help="Warm start and RL seed (the demo's: 0).")
+    parser.add_argument("--use-vllm", "--use_vllm", dest="use_vllm", action="store_true")
+    parser.add_argument("--output-dir", "--output_dir", dest="output_dir", default="outputs/rollout_savings_bench")
+    parser.add_argument("--list-arms", "--list_arms", dest="list_arms", action="store_true")
+    parser.add_argument("--dry-run", "--dry_run", dest="dry_run", action="store_true")
+    options = parser.parse_args(argv)
+    if options.list_arms:
+        for arm in ARMS:
+            settings = ", ".join(f"{key}={value!r}" for key, value in ARMS[arm].items())
+            print(f"{arm}: {settings}")
+        return 0
+    problems = check_arms(options.arms, options.output_dir, options.max_steps, options.seed, options.use_vllm)
+    if options.dry_run:
+        for arm in options.arms:
+            print(f"{arm}: {'refused: ' + problems[arm] if arm in problems else 'ok'}")
+    if problems:
+        print(
+            f"{len(problems)} of {len(options.arms)} arms cannot train with this coba_trl; the benchmark needs "
+            f"a trainer with {', '.join(NEEDED)}.",
+            file=sys.stderr,
+        )
+        return 1
+    if options.dry_run:
+        return 0
+
+    import torch
+
+    from coba_trl.distributed import leave_multiprocess_cpu_run
+    from coba_trl.generation.vllm_backend import check_vllm_installed
+
+    check_vllm_installed(options.use_vllm)
+    from machine import machine_line
+
+    if "OMP_NUM_THREADS" not in os.environ:
+        torch.set_num_threads(1)  # as the demo: one thread, so one and several processes give the same runs
+    rank = int(os.environ.get("RANK", "0"))
+    if rank == 0:
+        print(machine_line(), flush=True)
+    torch.manual_seed(options.seed)
+    model, tokenizer, train = warm_started(options.seed)
+    warm_state = {name: tensor.detach().clone() for name, tensor in model.state_dict().items()}
+    results = []
+    for arm in options.arms:
+        results.append(train_arm(arm, options, warm_state, tokenizer, train))
+        if rank == 0:
+            result = results[-1]
+            print(f"[{arm}] {result['steps']} steps in {result['seconds']:.1f} s", flush=True)
+    if rank == 0:
+        print("\n".join(table(results)))
+        print(f"load {', '.join(f'{value:.2f}' for value in os.getloadavg())} at the end", flush=True)
+    leave_multiprocess_cpu_run()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,136 @@
+"""Study 5's stopping rule at equal generated rollouts (benchmarks/study_budget.py) and its declaration, without a
+model: the callback is driven with plain objects standing in for the trainer's arguments, state and control."""
+
+import dataclasses
+from types import SimpleNamespace
+
+import pytest
+from scripts.benchmarks import load_benchmark
+from transformers import TrainerControl
+
+
+def round_args(steps_per_generation=2, gradient_accumulation_steps=1, num_iterations=1):
+    return SimpleNamespace(
+        steps_per_generation=steps_per_generation,
+        gradient_accumulation_steps=gradient_accumulation_steps,
+        num_iterations=num_iterations,
+    )
+
+
+def drive(callback, args, generated_by_step: dict[int, int], max_steps: int) -> int:
+    """Run the callback through the steps as the Trainer does; the step training stopped at."""
+    counter = {"value": 0}
+    callback.generated = lambda: counter["value"]
+    for step in range(1, max_steps + 1):
+        counter["value"] = generated_by_step.get(step, counter["value"])
+        control = TrainerControl()
+        callback.on_step_end(args, SimpleNamespace(global_step=step), control)
+        if control.should_training_stop:
+            return step
+    return max_steps
+
+
+def test_the_budget_stops_a_run_only_at_the_end_of_the_round_that_reaches_it():
+    budget = load_benchmark("study_budget")
+    args = round_args()  # a round every 2 optimizer steps; its completions are counted at its first step
+    callback = budget.GeneratedRolloutBudget(1000, lambda: 0)
+    # Rounds of 300, 400 and 350 generated completions: the third reaches 1050 >= 1000 at step 5.
+    stopped = drive(callback, args, {1: 300, 3: 700, 5: 1050, 7: 1400}, max_steps=100)
+    assert stopped == 6 and callback.stopped_at == 6  # the round's second half is trained first
+    assert callback.curve == [[1, 300], [2, 300], [3, 700], [4, 700], [5, 1050], [6, 1050]]
+
+
+def test_a_run_that_never_reaches_the_budget_runs_its_schedule_and_says_so():
+    budget = load_benchmark("study_budget")
+    callback = budget.GeneratedRolloutBudget(10_000, lambda: 0)
+    assert drive(callback, round_args(), {1: 256, 3: 512}, max_steps=4) == 4 and callback.stopped_at is None
+
+
+def test_round_ends_follow_gradient_accumulation_and_iterations():
+    budget = load_benchmark("study_budget")
+    assert [budget.ends_a_round(round_args(4, 2), step) for step in (1, 2, 3, 4)] == [False, True, False, True]
+    assert [budget.ends_a_round(round_args(2, 1, 2), step) for step in (1, 2, 3, 4)] == [False, False, False, True]
+    assert budget.rounds_behind(round_args(), 100) == 50 and budget.rounds_behind(round_args(), 99) == 50
+
+
+def test_the_budget_named_by_an_arm_is_that_arms_schedule(tmp_path):
+    budget, study_run = load_benchmark("study_budget"), load_benchmark("study_run")
+    study = load_benchmark("studies").load_study("rollout_savings")
+    protocol = {**study.protocol, **study.regimes["demo"]}
+
+    def arm_args(arm):
+        return study_run.training_args(protocol, study.arms, arm, 0, str(tmp_path))
+
+    assert budget.generated_rollout_budget(protocol, arm_args) == 50 * 256 == 12_800
+    assert budget.generated_rollout_budget({**protocol, budget.PROTOCOL_KEY: 5000}, arm_args) == 5000
+    assert budget.generated_rollout_budget({"max_steps": 100}, arm_args) is None  # studies 1 to 4
+    refilling = SimpleNamespace(zero_variance_groups="refill", skip_settled_prompts=False)
+    with pytest.raises(ValueError, match="not fixed by its schedule"):
+        budget.generated_rollout_budget({**protocol, budget.PROTOCOL_KEY: "dapo"}, lambda arm: refilling)
+    for wrong in (0, True, 1.5):
+        with pytest.raises(ValueError, match="stop_at_generated_rollouts"):
+            budget.generated_rollout_budget({**protocol, budget.PROTOCOL_KEY: wrong}, arm_args)
+
+
+def test_study_5_is_study_4s_demo_regime_with_more_warm_starts_and_the_budget_rule():
+    studies = load_benchmark("studies")
+    study, study4 = studies.load_study("rollout_savings"), studies.load_study("warm_starts")
+    ours = {**study.protocol, **study.regimes["demo"]}
+    theirs = {**study4.protocol, **study4.regimes["demo"]}
+    changed = {key for key in ours.keys() | theirs.keys() if ours.get(key) != theirs.get(key)}
+    assert changed == {"description", "stop_at_generated_rollouts", "warm_start_seeds"}
+    assert ours["warm_start_seeds"][:3] == theirs["warm_start_seeds"] and ours["seeds"] == theirs["seeds"]
+    assert study.arms["grpo"] == study4.arms["grpo"] and study.unit == "warm_start"
+    assert len(study.comparisons) == 9 and len(set(study.comparisons)) == 9
+    assert all(baseline == "grpo" for arm, baseline in study.comparisons[:5])
+    assert {arm for arm, baseline in study.comparisons if baseline == "dapo"} == set(study.arms) - {"grpo", "dapo"}
+    assert len(studies.units(ours)) == 10
+
+
+def test_study_5_arms_reach_the_trainer_config(tmp_path):
+    from coba_trl import CoBAConfig
+
+    fields = {field.name for field in dataclasses.fields(CoBAConfig)}
+    if not {"skip_settled_prompts", "max_refill_phases"} <= fields:
+        pytest.skip("the trainer has no refill or prompt skipping yet")
+    study_run = load_benchmark("study_run")
+    study = load_benchmark("studies").load_study("rollout_savings")
+    protocol = {**study.protocol, **study.regimes["demo"]}
+    args = {arm: study_run.training_args(protocol, study.arms, arm, 0, str(tmp_path)) for arm in study.arms}
+    assert args["dapo"].zero_variance_groups == "refill" and not args["dapo"].skip_settled_prompts
+    assert args["greso"].skip_settled_prompts and args["greso"].budget_allocator == "uniform"
+    assert args["coba_pilot"].two_phase_rounds and args["coba_pilot"].budget_allocator == "coba"
+    assert args["knapsack_skip"].budget_allocator == "knapsack" and args["knapsack_skip"].skip_settled_prompts
+    assert {a.generation_batch_size for a in args.values()} == {256} and {a.max_steps for a in args.values()} == {100}
+
+
+def test_compact_records_keep_the_refill_and_skipping_counts_where_logged():
+    records = load_benchmark("study_records")
+    log = {"budget/mean": 8.0, "coba/rollouts_generated": 512, "coba/rows_with_spread": 200, "coba/refill_phases": 1}
+    rounds = [[2, ["a", "b"], [8, 8], [None, 0.5], [None, 0.5]]]
+    (record,) = records.compact_rounds([log], rounds, [[2, [0.1, 0.1]]])
+    assert (record["rollouts_generated"], record["rows_with_spread"], record["refill_phases"]) == (512, 200, 1)
+    assert "prompts_skipped" not in record  # not logged, not kept
+
+
+def test_the_rollout_savings_benchmark_lists_study_5s_arms_and_checks_them_before_training(capsys):
+    from coba_trl import CoBAConfig
+
+    bench = load_benchmark("rollout_savings")
+    assert bench.main(["--list-arms"]) == 0
+    listed = [line.split(":")[0] for line in capsys.readouterr().out.splitlines()]
+    assert listed == list(load_benchmark("studies").load_study("rollout_savings").arms)
+    landed = "skip_settled_prompts" in {field.name for field in dataclasses.fields(CoBAConfig)}
+    assert bench.main(["--dry-run"]) == (0 if landed else 1)  # nothing trains either way
+    out = capsys.readouterr()
+    assert out.out.count(": ok") == (6 if landed else 0)
+    if not landed:
+        assert "the benchmark needs a trainer with" in out.err
+    results = [
+        {"arm": "dapo", "steps": 80, "generated": 12_800, "rows_trained": 10_240, "rows_with_spread": 10_240},
+        {"arm": "grpo", "steps": 100, "generated": 12_800, "rows_trained": 12_800, "rows_with_spread": 6_400},
+    ]
+    results[0]["seconds"], results[1]["seconds"] = 51.2, 64.0
+    rows = bench.table(results)
+    assert rows[2].endswith("| 1.250 | 5.00 | 1.000 | 1.000 |")
+    assert rows[3].endswith("| 2.000 | 10.00 | 1.600 | 2.000 |")
