@@ -81,3 +81,26 @@ def test_an_environment_without_a_train_dataset_is_refused_with_the_way_out(tmp_
             processing_class=tokenizer,
             environment_factory=Game,
         )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["environment", "rollout_func"])
+def test_refill_runs_every_refill_batch_through_the_environments_and_rollout_func(tmp_path, mode):
+    # The scripted tasks are all solved or all failed: every group is flat, so each round refills up to its bound
+    # and says so; every batch, refills included, reaches the environments (or the rollout_func) as the log says.
+    trainer, record, _ = build(
+        str(tmp_path), mode, scripted=False, max_steps=2, zero_variance_groups="refill", max_refill_phases=1
+    )
+    trainer.train()
+    logged = read_rounds(str(tmp_path))
+    planned = Counter()
+    for entry in logged:
+        assert len(entry["refills"]) == 1 and entry["bound_reached"]
+        for batch in [entry, *entry["refills"]]:
+            for task, size in zip(batch["prompt_ids"], batch["group_sizes"], strict=True):
+                planned[task] += size
+    assert Counter(task for seen in record.rounds for task in seen["rewarded"]) == planned
+    generated = [h["coba/rollouts_generated"] for h in trainer.state.log_history if "coba/rollouts_generated" in h]
+    assert sum(generated) == sum(planned.values()) == trainer.rollouts_generated
+    if mode == "environment":
+        assert Counter(task for seen in record.rounds for _, task in seen["resets"]) == planned
