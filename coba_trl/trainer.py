@@ -412,6 +412,11 @@ class CoBAGRPOTrainer(GRPOTrainer):
                         }
                         for batch in rows
                     ]
+                elif self._draws_prompts:  # its refills and skips depended on its samples: not regenerable
+                    logger.warning(
+                        f"{checkpoint} was saved inside a round without this run's saved rows of it (another number "
+                        "of processes?): the resumed run goes on with the next prompts of the epoch."
+                    )
                 elif state["round"] is not None:
                     self._replay_round = state["round"]
         # The allocation log keeps the rounds that started before the checkpoint.
