@@ -194,6 +194,33 @@ def table(results: list[dict]) -> list[str]:
     return lines
 
 
+def limit_lines(grpo_dir: str, group_size: int, prompts_per_epoch: int) -> list[str]:
+    """The limit beside the arms, in the preview's independence model (`coba_trl.preview`), on the pass rates the
+    `grpo` arm observed, epoch by epoch (each prompt's success rate in its group of that epoch): an oracle generating
+    only the prompt likeliest to have spread (1 / max q_i), DAPO's refill in expectation (sum n / sum n q_i), and a
+    refill that skips exactly the prompts at pass rate 0 or 1."""
+    import numpy as np
+
+    from coba_trl.preview import generated_per_spread_row, oracle_per_spread_row
+    from coba_trl.rounds.log import read_rounds
+
+    rates = []
+    for record in read_rounds(grpo_dir):
+        for wins, tries in zip(record["successes"], record["scored_rollouts"], strict=True):
+            rates.append(wins / tries if tries else np.nan)
+    lines = ["| `grpo`'s epoch | prompts | limit (oracle) | refill, expected | refill skipping exactly p = 0 or 1 |"]
+    lines.append("|---|---|---|---|---|")
+    for epoch, start in enumerate(range(0, len(rates), prompts_per_epoch)):
+        p = np.array(rates[start : start + prompts_per_epoch], dtype=float)
+        p = p[~np.isnan(p)]
+        n = np.full(len(p), group_size)
+        unsettled = ((p > 0) & (p < 1)).astype(float)
+        figures = (oracle_per_spread_row(p, group_size), generated_per_spread_row(p, n))
+        figures += (generated_per_spread_row(p, n, unsettled),)
+        lines.append(f"| {epoch + 1} | {len(p)} | " + " | ".join(f"{value:.3f}" for value in figures) + " |")
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--arms", nargs="+", default=list(ARMS), choices=list(ARMS), help="Default: all six.")
@@ -255,6 +282,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"[{arm}] {result['steps']} steps in {result['seconds']:.1f} s", flush=True)
     if rank == 0:
         print("\n".join(table(results)))
+        if "grpo" in options.arms:
+            from coba_trl.demo.config import DEMO_TRAINING_ARGS
+
+            grpo_dir, group_size = os.path.join(options.output_dir, "grpo"), DEMO_TRAINING_ARGS["num_generations"]
+            print("\n".join(limit_lines(grpo_dir, group_size, len(train))))
         print(f"load {', '.join(f'{value:.2f}' for value in os.getloadavg())} at the end", flush=True)
     leave_multiprocess_cpu_run()
     return 0
