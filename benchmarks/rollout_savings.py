@@ -29,6 +29,7 @@ Generation in a colocated vLLM engine (vLLM's CPU build; each arm's engine loads
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time
@@ -80,8 +81,9 @@ def check_arms(arms: list[str], output_dir: str, max_steps: int | None, seed: in
     return problems
 
 
-def warm_started(seed: int):
-    """The demo's model after its warm start, its tokenizer, training prompts: `coba_trl.demo`'s own functions."""
+def warm_started(seed: int, output_dir: str | None = None):
+    """The demo's model after its warm start, its tokenizer, training prompts: `coba_trl.demo`'s own functions. With
+    `output_dir`, the warm-started weights are saved there once and loaded by later runs of the same seed."""
     from coba_trl.demo.config import DemoArguments
     from coba_trl.demo.model import build_demo_model
     from coba_trl.demo.run import WARM_START_PROBLEMS
@@ -91,6 +93,12 @@ def warm_started(seed: int):
     demo = DemoArguments()
     model, tokenizer = build_demo_model(demo, seed)
     train, _, sft = demo_problem_sets(demo.demo_num_train_prompts, demo.demo_num_heldout, WARM_START_PROBLEMS, seed)
+    saved = None if output_dir is None else os.path.join(output_dir, f"warm_start_seed{seed}.pt")
+    if saved is not None and os.path.exists(saved):
+        import torch
+
+        model.load_state_dict(torch.load(saved, weights_only=True))
+        return model, tokenizer, train
     warm_start(
         model,
         tokenizer,
@@ -100,6 +108,11 @@ def warm_started(seed: int):
         seed=seed,
         log_every=0,
     )
+    if saved is not None and int(os.environ.get("RANK", "0")) == 0:
+        import torch
+
+        os.makedirs(output_dir, exist_ok=True)
+        torch.save(model.state_dict(), saved)
     return model, tokenizer, train
 
 
@@ -221,6 +234,31 @@ def limit_lines(grpo_dir: str, group_size: int, prompts_per_epoch: int) -> list[
     return lines
 
 
+def arms_in_subprocesses(options, argv: list[str]) -> int:
+    """With `--use-vllm` on one process, each arm runs in a process of its own, one after another (a process holds
+    one colocated engine), from the same saved warm start; the table is printed from their results."""
+    import subprocess
+
+    results = []
+    os.makedirs(options.output_dir, exist_ok=True)
+    others = [a for a in argv if a not in options.arms and a not in ("--arms",)]
+    for arm in options.arms:
+        result_file = os.path.join(options.output_dir, f"{arm}_result.json")
+        command = [sys.executable, os.path.abspath(__file__), *others, "--arms", arm, "--result-json", result_file]
+        subprocess.run(command, check=True)
+        with open(result_file) as f:
+            results.extend(json.load(f))
+    print("\n".join(table(results)))
+    if "grpo" in options.arms:
+        from coba_trl.demo.config import DEMO_TRAINING_ARGS
+
+        grpo_dir, group_size = os.path.join(options.output_dir, "grpo"), DEMO_TRAINING_ARGS["num_generations"]
+        from coba_trl.demo.config import DemoArguments
+
+        print("\n".join(limit_lines(grpo_dir, group_size, DemoArguments().demo_num_train_prompts)))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--arms", nargs="+", default=list(ARMS), choices=list(ARMS), help="Default: all six.")
@@ -238,6 +276,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output-dir", "--output_dir", dest="output_dir", default="outputs/rollout_savings_bench")
     parser.add_argument("--list-arms", "--list_arms", dest="list_arms", action="store_true")
     parser.add_argument("--dry-run", "--dry_run", dest="dry_run", action="store_true")
+    parser.add_argument("--result-json", "--result_json", dest="result_json", default=None, help=argparse.SUPPRESS)
     options = parser.parse_args(argv)
     if options.list_arms:
         for arm in ARMS:
@@ -257,6 +296,8 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     if options.dry_run:
         return 0
+    if options.use_vllm and len(options.arms) > 1 and "RANK" not in os.environ:
+        return arms_in_subprocesses(options, argv if argv is not None else sys.argv[1:])
 
     import torch
 
@@ -272,7 +313,7 @@ def main(argv: list[str] | None = None) -> int:
     if rank == 0:
         print(machine_line(), flush=True)
     torch.manual_seed(options.seed)
-    model, tokenizer, train = warm_started(options.seed)
+    model, tokenizer, train = warm_started(options.seed, options.output_dir)
     warm_state = {name: tensor.detach().clone() for name, tensor in model.state_dict().items()}
     results = []
     for arm in options.arms:
@@ -280,6 +321,9 @@ def main(argv: list[str] | None = None) -> int:
         if rank == 0:
             result = results[-1]
             print(f"[{arm}] {result['steps']} steps in {result['seconds']:.1f} s", flush=True)
+    if rank == 0 and options.result_json:
+        with open(options.result_json, "w") as f:
+            json.dump(results, f)
     if rank == 0:
         print("\n".join(table(results)))
         if "grpo" in options.arms:

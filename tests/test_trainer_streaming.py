@@ -71,15 +71,15 @@ def test_a_stream_shorter_than_a_round_fails_with_the_fix(tmp_path):
 )
 def test_a_resumed_stream_continues_where_the_checkpoint_left_it(tmp_path, checkpoint_step, layout):
     # Both checkpoints lie in the second pass: the Trainer skips the consumed batches by iterating through the first.
-    # With two steps per round, checkpoint-5 falls inside round 3, which the resumed run regenerates with its plan (its
-    # completions differ: the reward depends on the prompt and step alone, so later allocations are comparable).
+    # With two steps per round, checkpoint-5 falls inside round 3, whose rows not yet trained the checkpoint carries:
+    # the resumed run trains them and plans the rounds after it (the reward depends on the prompt and step alone).
     full, _, full_rounds = stream_trainer(str(tmp_path / "full"), save_strategy="steps", save_steps=1, **layout)
     full.train()
     resumed, _, resumed_rounds = stream_trainer(str(tmp_path / "resumed"), **layout)
     resumed.train(resume_from_checkpoint=str(tmp_path / "full" / f"checkpoint-{checkpoint_step}"))
     steps_per_round = layout.get("steps_per_generation", 1)
     assert len(full_rounds.rounds) == 6
-    assert resumed_rounds.rounds == full_rounds.rounds[checkpoint_step // steps_per_round :]
+    assert resumed_rounds.rounds == full_rounds.rounds[-(-checkpoint_step // steps_per_round) :]
     assert resumed.pass_rate_history.state_dict() == full.pass_rate_history.state_dict()
     assert resumed.allocator.state_dict() == full.allocator.state_dict()
 

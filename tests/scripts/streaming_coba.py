@@ -39,7 +39,7 @@ def prompt_stream(num_prompts: int = 8, split: int = 5) -> IterableDataset:
 class CountingReward:
     """Records, per call, the rows of each prompt id. Rewards the parity of the completion's length (a success at even
     length), or with `by_step` a function of the prompt and the step alone, so that runs agree whatever the
-    completions (a resumed run regenerates the round it was interrupted in)."""
+    completions (a resumed run trains the saved rows of the round it was interrupted in)."""
 
     __name__ = "counting_reward"
 
