@@ -2,7 +2,10 @@
 round is planned, scored and recorded. Plain functions and small classes; the trainer only wires them into TRL.
 
 - `source`: one interface for where a round's prompts come from (`sampling` for a dataset, `streaming` for a stream):
-  the per-process batch, the prompt ids, the resume position.
+  the per-process batch, the prompt ids, the resume position, and the cursor rounds of a variable number of prompts
+  draw from.
+- `refill` and `skipping`: rounds of several generation batches that replace groups without spread (DAPO's dynamic
+  sampling), and settled prompts skipped before generation (GRESO).
 - `plan`: the allocator's group size per prompt (process 0), and the saved plan of a round a checkpoint was inside of.
 - `grouping`: the deal of each group's rows over the processes, and their expansion into rows (a fresh copy each).
 - `rollouts`: a `rollout_func` written for GRPOTrainer, called once per group size.
