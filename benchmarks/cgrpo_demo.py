@@ -33,32 +33,10 @@ from transformers.trainer_callback import PrinterCallback, TrainerCallback  # no
 from trl_cgrpo import CGRPOConfig, CGRPOTrainer  # noqa: E402
 
 from coba_trl.demo.accuracy import heldout_accuracy  # noqa: E402
-from coba_trl.demo.config import DEMO_TRAINING_ARGS, DemoArguments  # noqa: E402
-from coba_trl.demo.model import build_demo_model  # noqa: E402
-from coba_trl.demo.task import demo_problem_sets, to_prompt_dataset  # noqa: E402
-from coba_trl.demo.warm_start import warm_start  # noqa: E402
+from coba_trl.demo.config import DEMO_TRAINING_ARGS  # noqa: E402
+from coba_trl.demo.task import to_prompt_dataset  # noqa: E402
+from coba_trl.demo.warm_start import warm_started_demo  # noqa: E402
 from coba_trl.rewards import dapo_accuracy_reward, extract_dapo_answer, normalize_answer  # noqa: E402
-
-WARM_START_PROBLEMS = 20_000  # coba_trl.demo.run.WARM_START_PROBLEMS (run.py itself needs matplotlib + trainer)
-
-
-def warm_started(seed: int):
-    """As benchmarks/rollout_savings.py warm_started(seed), plus the held-out problems."""
-    demo = DemoArguments()
-    model, tokenizer = build_demo_model(demo, seed)
-    train, heldout, sft = demo_problem_sets(
-        demo.demo_num_train_prompts, demo.demo_num_heldout, WARM_START_PROBLEMS, seed
-    )
-    warm_start(
-        model,
-        tokenizer,
-        sft,
-        steps=demo.demo_warm_start_steps,
-        learning_rate=demo.demo_warm_start_learning_rate,
-        seed=seed,
-        log_every=0,
-    )
-    return model, tokenizer, train, heldout
 
 
 def answer_extractor_factory(counter):
@@ -81,7 +59,7 @@ def main() -> int:
     torch.set_num_threads(1)
     t0 = time.perf_counter()
     torch.manual_seed(o.seed)
-    model, tokenizer, train, heldout = warm_started(o.seed)
+    model, tokenizer, train, heldout = warm_started_demo(o.seed)
     print(f"[warm-start] done in {time.perf_counter() - t0:.1f}s", flush=True)
     before = heldout_accuracy(model, tokenizer, heldout, DEMO_TRAINING_ARGS["max_completion_length"])
     print(f"[heldout] before RL {before['accuracy']:.3f}", flush=True)

@@ -82,35 +82,24 @@ def check_arms(arms: list[str], output_dir: str, max_steps: int | None, seed: in
 
 
 def warm_started(seed: int, output_dir: str | None = None):
-    """The demo's model after its warm start, its tokenizer, training prompts: `coba_trl.demo`'s own functions. With
-    `output_dir`, the warm-started weights are saved there once and loaded by later runs of the same seed."""
-    from coba_trl.demo.config import DemoArguments
-    from coba_trl.demo.model import build_demo_model
-    from coba_trl.demo.run import WARM_START_PROBLEMS
-    from coba_trl.demo.task import demo_problem_sets
-    from coba_trl.demo.warm_start import warm_start
+    """The demo's model after its warm start (`coba_trl.demo.warm_start.warm_started_demo`), its tokenizer and training
+    prompts. With `output_dir`, the warm-started weights are saved there once and loaded by later runs of the seed."""
+    import torch
 
-    demo = DemoArguments()
-    model, tokenizer = build_demo_model(demo, seed)
-    train, _, sft = demo_problem_sets(demo.demo_num_train_prompts, demo.demo_num_heldout, WARM_START_PROBLEMS, seed)
+    from coba_trl.demo.config import WARM_START_PROBLEMS, DemoArguments
+    from coba_trl.demo.model import build_demo_model
+    from coba_trl.demo.task import demo_problem_sets
+    from coba_trl.demo.warm_start import warm_started_demo
+
     saved = None if output_dir is None else os.path.join(output_dir, f"warm_start_seed{seed}.pt")
     if saved is not None and os.path.exists(saved):
-        import torch
-
+        demo = DemoArguments()
+        model, tokenizer = build_demo_model(demo, seed)
         model.load_state_dict(torch.load(saved, weights_only=True))
+        train = demo_problem_sets(demo.demo_num_train_prompts, demo.demo_num_heldout, WARM_START_PROBLEMS, seed)[0]
         return model, tokenizer, train
-    warm_start(
-        model,
-        tokenizer,
-        sft,
-        steps=demo.demo_warm_start_steps,
-        learning_rate=demo.demo_warm_start_learning_rate,
-        seed=seed,
-        log_every=0,
-    )
+    model, tokenizer, train, _ = warm_started_demo(seed)
     if saved is not None and int(os.environ.get("RANK", "0")) == 0:
-        import torch
-
         os.makedirs(output_dir, exist_ok=True)
         torch.save(model.state_dict(), saved)
     return model, tokenizer, train

@@ -248,26 +248,10 @@ def test_a_resume_inside_a_refill_round_on_two_processes_equals_the_uninterrupte
 
 
 def test_refill_and_skipping_on_a_stream_take_each_pass_in_order(tmp_path):
-    from scripts.refill_runs import settled_reward
-    from scripts.tiny_coba import TINY_ARGS, prompt_dataset, tiny_model
+    from scripts.tiny_coba import prompt_dataset
 
-    from coba_trl import CoBAGRPOTrainer
-
-    model, tokenizer = tiny_model()
-    args = CoBAConfig(
-        output_dir=str(tmp_path),
-        per_device_train_batch_size=8,
-        num_generations=4,
-        max_steps=10,
-        prompt_id_column="uid",
-        budget_allocator="uniform",
-        zero_variance_groups="refill",
-        skip_settled_prompts=True,
-        seed=3,
-        **TINY_ARGS,
-    )
     stream = prompt_dataset(12).to_iterable_dataset(num_shards=2)
-    trainer = CoBAGRPOTrainer(model, settled_reward, args=args, train_dataset=stream, processing_class=tokenizer)
+    trainer = refill_trainer(tmp_path, train_dataset=stream, skip_settled_prompts=True, max_steps=10)
     recorder = SpendingRecorder(trainer)
     trainer.train()
     _assert_trained_rows_have_spread(recorder, trainer)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 from peft import LoraConfig
-from scripts.refill_runs import SpendingRecorder, settled_reward
+from scripts.refill_runs import SpendingRecorder, assert_refill_logged, settled_reward
 from scripts.tiny_coba import RoundRecorder, prompt_dataset, step_reward
 from scripts.vllm_runs import RATIO_BOUND, RoundWatch, assert_vllm_followed_the_trainer, coba_trainer, ratio_extremes
 from transformers import AutoModelForCausalLM
@@ -182,11 +182,6 @@ def test_colocated_vllm_refills_and_skips(tmp_path, vllm_models, shared_engines,
     )
     recorder = SpendingRecorder(trainer)
     trainer.train()
-    logs = [h for h in trainer.state.log_history if "coba/rollouts_generated" in h]
-    assert sum(h["coba/rollouts_generated"] for h in logs) == sum(len(c) for c in recorder.seen)
-    assert sum(h["coba/refill_phases"] for h in logs) > 0
-    for batch, log in zip(recorder.batches, logs, strict=True):
-        assert len(batch["advantages"]) == 16
-        assert log["coba/refill_bound_reached"] or all(a != 0 for a in batch["advantages"])
+    assert_refill_logged(trainer, recorder, rows=16)
     extremes = ratio_extremes(trainer)
     assert all(1 - RATIO_BOUND <= low and high <= 1 + RATIO_BOUND for low, high in extremes), extremes

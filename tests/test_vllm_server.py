@@ -19,7 +19,7 @@ from collections import Counter
 import pytest
 import torch
 from peft import LoraConfig
-from scripts.refill_runs import SpendingRecorder, settled_reward
+from scripts.refill_runs import SpendingRecorder, assert_refill_logged, settled_reward
 from scripts.tiny_coba import prompt_dataset
 from scripts.vllm_runs import RATIO_BOUND, RoundWatch, assert_vllm_followed_the_trainer, coba_trainer, ratio_extremes
 
@@ -73,11 +73,7 @@ def test_server_refills_with_the_trainers_weights(tmp_path, vllm_server):
     )
     recorder = SpendingRecorder(trainer)
     trainer.train()
-    logs = [h for h in trainer.state.log_history if "coba/rollouts_generated" in h]
-    assert sum(h["coba/rollouts_generated"] for h in logs) == sum(len(c) for c in recorder.seen)
-    assert sum(h["coba/refill_phases"] for h in logs) > 0
-    for batch, log in zip(recorder.batches, logs, strict=True):
-        assert log["coba/refill_bound_reached"] or all(a != 0 for a in batch["advantages"])
+    assert_refill_logged(trainer, recorder)
     extremes = ratio_extremes(trainer)
     assert all(1 - RATIO_BOUND <= low and high <= 1 + RATIO_BOUND for low, high in extremes), extremes
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+WARM_START_PROBLEMS = 20_000  # size of the pool the warm start samples its batches from
+
 DEMO_OUTPUT_DIR = "outputs/cpu_demo"
 
 DEMO_TRAINING_ARGS: dict = {

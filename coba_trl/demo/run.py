@@ -24,7 +24,7 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from coba_trl.checkpoint import latest_complete_checkpoint
 from coba_trl.config import CoBAConfig
 from coba_trl.demo.accuracy import heldout_accuracy
-from coba_trl.demo.config import DemoArguments
+from coba_trl.demo.config import WARM_START_PROBLEMS, DemoArguments
 from coba_trl.demo.console import use_compact_console
 from coba_trl.demo.flags import BEFORE_RL_FILE, SUMMARY_FILE, check_checkpoint, resumes_latest
 from coba_trl.demo.model import build_demo_model
@@ -38,7 +38,6 @@ from coba_trl.trainer import CoBAGRPOTrainer
 DATASET_NAME = "coba-trl built-in arithmetic (generated)"
 BASE_MODEL = "a tiny Qwen2 model built in memory (`coba_trl.tiny`) after a short supervised warm start"
 ENGINE_MODEL_DIR = "warm_start_model"  # with --use_vllm: what a colocated vLLM engine loads
-WARM_START_PROBLEMS = 20_000  # size of the pool the warm start samples its batches from
 
 
 class HeldoutAccuracyCallback(TrainerCallback):

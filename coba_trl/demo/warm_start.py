@@ -67,3 +67,28 @@ def warm_start(
             print(f"[warm-start] step {step + 1}/{steps}  loss {loss.item():.3f}", flush=True)
     model.eval()
     return losses
+
+
+def warm_started_demo(seed: int = 0):
+    """The demo's tiny model after its warm start for `seed`, its tokenizer, and the demo's training and held-out
+    problems, as the demo builds them (without its logging): for benchmarks that start where the demo's RL starts.
+    Returns (model, tokenizer, train problems, held-out problems)."""
+    from coba_trl.demo.config import WARM_START_PROBLEMS, DemoArguments
+    from coba_trl.demo.model import build_demo_model
+    from coba_trl.demo.task import demo_problem_sets
+
+    demo = DemoArguments()
+    model, tokenizer = build_demo_model(demo, seed)
+    train, heldout, sft = demo_problem_sets(
+        demo.demo_num_train_prompts, demo.demo_num_heldout, WARM_START_PROBLEMS, seed
+    )
+    warm_start(
+        model,
+        tokenizer,
+        sft,
+        steps=demo.demo_warm_start_steps,
+        learning_rate=demo.demo_warm_start_learning_rate,
+        seed=seed,
+        log_every=0,
+    )
+    return model, tokenizer, train, heldout

@@ -80,23 +80,24 @@ class ChosenRows:
 def choose_rows(batches: list[GenerationBatch], num_processes: int, rows_needed: int) -> ChosenRows:
     """The rows the loss trains on (module docstring); the same on every process. A row's position is
     `rank * local_rows + its position in that process's round batch` (the batches one after the other)."""
-    keys = []  # (batch, group, position, kept)
-    local_rows = sum(len(local_positions(b.phases, 0, num_processes)) for b in batches)
+    group_of = [np.concatenate([phase.group_ids for phase in batch.phases]) for batch in batches]
+    flat_of = [batch.scored.zero_spread.cpu().numpy() for batch in batches]
+    local_rows = sum(len(groups) for groups in group_of) // num_processes
+    batch_index, groups, positions, flat = [], [], [], []
     for rank in range(num_processes):
         offset = rank * local_rows
         for index, batch in enumerate(batches):
-            positions = local_positions(batch.phases, rank, num_processes)
-            group_ids = np.concatenate([phase.group_ids for phase in batch.phases])[positions]
-            flat = batch.scored.zero_spread.cpu().numpy()[group_ids]
-            for row, (group, discarded) in enumerate(zip(group_ids.tolist(), flat.tolist(), strict=True)):
-                keys.append((index, group, offset + row, not discarded))
-            offset += len(positions)
-    kept = sorted(key for key in keys if key[3])[:rows_needed]
-    filler = sorted((key for key in keys if not key[3]), key=lambda key: (-key[0], key[1], key[2]))
+            local = group_of[index][local_positions(batch.phases, rank, num_processes)]
+            batch_index.append(np.full(len(local), index))
+            groups.append(local)
+            positions.append(offset + np.arange(len(local)))
+            flat.append(flat_of[index][local])
+            offset += len(local)
+    batch_index, groups, positions, flat = (np.concatenate(a) for a in (batch_index, groups, positions, flat))
+    kept = [row for row in np.lexsort((positions, groups, batch_index)) if not flat[row]][:rows_needed]
+    filler = [row for row in np.lexsort((positions, groups, -batch_index)) if flat[row]]
     filler = filler[: rows_needed - len(kept)]
-    return ChosenRows(
-        np.array([key[2] for key in kept], dtype=np.int64), np.array([key[2] for key in filler], dtype=np.int64)
-    )
+    return ChosenRows(positions[kept].astype(np.int64), positions[filler].astype(np.int64))
 
 
 def gather_round(batches: list[GenerationBatch], pad_token_id: int, accelerator) -> dict:

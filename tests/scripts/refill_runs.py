@@ -61,8 +61,20 @@ class SpendingRecorder:
         trainer._generate_and_score_completions = record_round
 
 
-def refill_trainer(output_dir, num_prompts: int = 12, **overrides):
-    """A uniform-allocator refill run on `num_prompts` prompts (4 completions each, 2 prompts per round per process)."""
+def assert_refill_logged(trainer, recorder: SpendingRecorder, rows: int | None = None) -> None:
+    """The logged completions are those the reward scored, the round refilled at least once, and every trained row
+    (`rows` a round on this process, when given) comes from a group with spread unless the round logged its bound."""
+    logs = [h for h in trainer.state.log_history if "coba/rollouts_generated" in h]
+    assert sum(h["coba/rollouts_generated"] for h in logs) == sum(len(call) for call in recorder.seen)
+    assert sum(h["coba/refill_phases"] for h in logs) > 0
+    for batch, log in zip(recorder.batches, logs, strict=True):
+        assert rows is None or len(batch["advantages"]) == rows
+        assert log["coba/refill_bound_reached"] or all(a != 0 for a in batch["advantages"])
+
+
+def refill_trainer(output_dir, num_prompts: int = 12, train_dataset=None, **overrides):
+    """A uniform-allocator refill run on `num_prompts` prompts (4 completions each, 2 prompts per round per process);
+    `train_dataset` replaces them (a stream, say)."""
     from coba_trl import CoBAConfig, CoBAGRPOTrainer
 
     model, tokenizer = tiny_model()
@@ -77,7 +89,7 @@ def refill_trainer(output_dir, num_prompts: int = 12, **overrides):
         **TINY_ARGS,
     )
     args = CoBAConfig(output_dir=str(output_dir), **{**config, **overrides})
-    dataset = prompt_dataset(num_prompts)
+    dataset = prompt_dataset(num_prompts) if train_dataset is None else train_dataset
     return CoBAGRPOTrainer(model, settled_reward, args=args, train_dataset=dataset, processing_class=tokenizer)
 
 
