@@ -132,7 +132,7 @@ def regime_lines(protocol: dict, recorded_arms: dict, output_dir: str) -> tuple[
         lines.append(
             f"| `{arm}` | {np.mean([_mean_of(r['rounds'][:epoch_rounds], 'F_t') for r in values]):.3f} | "
             f"{_spread(allocating)} | {np.mean(targeting):+.3f} | {np.mean(sd):.2f} | "
-            f"{', '.join(sorted({str(r['rollouts']) for r in values}))} | "
+            f"{', '.join(sorted({str(r.get('rollouts_generated', r['rollouts'])) for r in values}))} | "
             f"{', '.join(sorted({str(r['optimizer_steps']) for r in values}))} | {tokens:.0f} | "
             f"{tokens / grpo_tokens:.3f} |"
         )

@@ -79,9 +79,11 @@ def phase_rows(runs: dict, protocol: dict) -> list[str]:
 
 
 def extra_lines(extras, runs: dict, protocol: dict, heading: str) -> list[str]:
-    """The optional sections a study asks for (`Study.report_extras`): `"wall_time"`, `"phases"`, each under a
-    heading that starts with `heading`."""
-    lines = []
+    """The optional sections a study asks for (`Study.report_extras`): `"wall_time"`, `"phases"` and those of
+    `study_report_spending.py` (`"spending"`, `"reach"`), each under a heading that starts with `heading`."""
+    from study_report_spending import spending_lines
+
+    lines = spending_lines(extras, runs, protocol, heading)
     if "wall_time" in extras:
         lines += [
             f"{heading}wall time",

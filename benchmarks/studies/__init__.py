@@ -43,7 +43,9 @@ class Study:
     analysis: str = "seeds"
     unit: str = "warm_start"  # "warm_start" or "run" (an "intervals" analysis)
     regimes: dict[str, dict] = field(default_factory=lambda: {"": {}})
-    report_extras: tuple[str, ...] = ()  # "wall_time", "phases" (study 3; `"intervals"` studies)
+    report_extras: tuple[
+        str, ...
+    ] = ()  # `"intervals"` studies: "wall_time", "phases" (study 3), "spending", "reach" (5)
     record: str = "full"  # "compact": evaluations and per-round summaries only (small JSON meant to be committed)
     scratch_dir: str | None = None  # warm-start checkpoints and trainer folders, when not under `output_dir`
 
