@@ -119,7 +119,7 @@ def test_the_rollout_savings_benchmark_lists_study_5s_arms_and_checks_them_befor
     bench = load_benchmark("rollout_savings")
     assert bench.main(["--list-arms"]) == 0
     listed = [line.split(":")[0] for line in capsys.readouterr().out.splitlines()]
-    assert listed == list(load_benchmark("studies").load_study("rollout_savings").arms)
+    assert listed == [*load_benchmark("studies").load_study("rollout_savings").arms, "greso_eager"]
     landed = "skip_settled_prompts" in {field.name for field in dataclasses.fields(CoBAConfig)}
     assert bench.main(["--dry-run"]) == (0 if landed else 1)  # nothing trains either way
     out = capsys.readouterr()
@@ -158,3 +158,12 @@ def test_rollouts_to_reach_grpos_final_accuracy_read_the_generated_count_at_the_
     rows = spending.reach_rows(runs)
     assert rows[2] == "| `grpo` | 2 of 2 | 700 | 1.00 | 1.00 |"
     assert rows[3] == "| `dapo` | 1 of 2 | not reached |  |  |"
+
+
+def test_the_benchmarks_history_rule_skips_a_prompt_for_good_once_its_group_was_flat():
+    bench = load_benchmark("rollout_savings")
+    # Three prompts, three epochs of groups of 4: "a" always mixed, "b" flat then (unseen) mixed, "c" mixed then flat.
+    visits = [("a", 2, 4), ("b", 0, 4), ("c", 1, 4), ("a", 3, 4), ("b", 2, 4), ("c", 4, 4), ("a", 1, 4)]
+    visits += [("b", 1, 4), ("c", 2, 4)]
+    # Epoch 1 skips nothing; epoch 2 skips "b"; epoch 3 skips "b" (never seen again) and "c" (flat in epoch 2).
+    assert bench.history_rule(visits, 3) == [(12, 8), (8, 4), (4, 4)]
