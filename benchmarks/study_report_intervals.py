@@ -86,6 +86,17 @@ def _spread(values) -> str:
     return f"{values.mean():.3f} [{values.min():.3f}, {values.max():.3f}]"
 
 
+def _rollouts(runs: list[dict]) -> str:
+    """The runs' rollouts: each distinct count of rounds x rollouts per round, or, for a study at equal generated
+    rollouts, the range of the completions generated."""
+    if all("rollouts_generated" in run for run in runs):
+        generated = [run["rollouts_generated"] for run in runs]
+        return (
+            f"{min(generated):,} to {max(generated):,} generated" if len(set(generated)) > 1 else f"{generated[0]:,}"
+        )
+    return ", ".join(sorted({str(run["rollouts"]) for run in runs}))
+
+
 def regime_lines(protocol: dict, recorded_arms: dict, output_dir: str) -> tuple[list[str], dict]:
     """One regime's tables (warm starts, F_t and targeting while allocating, budget, per-arm means) and its runs by
     arm and unit."""
@@ -132,7 +143,7 @@ def regime_lines(protocol: dict, recorded_arms: dict, output_dir: str) -> tuple[
         lines.append(
             f"| `{arm}` | {np.mean([_mean_of(r['rounds'][:epoch_rounds], 'F_t') for r in values]):.3f} | "
             f"{_spread(allocating)} | {np.mean(targeting):+.3f} | {np.mean(sd):.2f} | "
-            f"{', '.join(sorted({str(r.get('rollouts_generated', r['rollouts'])) for r in values}))} | "
+            f"{_rollouts(values)} | "
             f"{', '.join(sorted({str(r['optimizer_steps']) for r in values}))} | {tokens:.0f} | "
             f"{tokens / grpo_tokens:.3f} |"
         )
