@@ -228,7 +228,8 @@ def limit_lines(grpo_dir: str, group_size: int, prompts_per_epoch: int) -> list[
     `grpo` arm observed, epoch by epoch (each prompt's success rate in its group of that epoch) and over all of them:
     an oracle generating only the prompt likeliest to have spread (1 / max q_i), DAPO's refill in expectation
     (sum n / sum n q_i), and a refill that skips exactly the prompts at pass rate 0 or 1; then, on `grpo`'s observed
-    groups rather than the model, a refill that skips a prompt for good once its group was flat (`history_rule`)."""
+    groups rather than the model, a refill that skips nothing and one that skips a prompt for good once its group was
+    flat (`history_rule`; every visit its own prompt for the first)."""
     import numpy as np
 
     from coba_trl.preview import generated_per_spread_row, oracle_per_spread_row
@@ -239,22 +240,28 @@ def limit_lines(grpo_dir: str, group_size: int, prompts_per_epoch: int) -> list[
         visits += zip(record["prompt_ids"], record["successes"], record["scored_rollouts"], strict=True)
     rates = np.array([wins / tries if tries else np.nan for _, wins, tries in visits], dtype=float)
     history = history_rule(visits, prompts_per_epoch)
+    every = history_rule([(index, wins, tries) for index, (_, wins, tries) in enumerate(visits)], prompts_per_epoch)
     lines = [
-        "| `grpo`'s epoch | prompts | limit (oracle) | refill, expected | refill skipping exactly p = 0 or 1 | refill "
-        "skipping for good a prompt once its group was flat, observed |"
+        "| `grpo`'s epoch | prompts | limit (oracle) | refill, expected | refill skipping exactly p = 0 or 1 | refill, "
+        "observed | refill skipping for good a prompt once its group was flat, observed |"
     ]
-    lines.append("|---|---|---|---|---|---|")
+    lines.append("|---|---|---|---|---|---|---|")
     epochs = [
         (str(e + 1), rates[start : start + prompts_per_epoch])
         for e, start in enumerate(range(0, len(rates), prompts_per_epoch))
     ]
-    overall = (sum(g for g, _ in history), sum(w for _, w in history))
-    for (label, p), (generated, with_spread) in zip([*epochs, ("all", rates)], [*history, overall], strict=True):
+
+    def ratios(totals: list[tuple[int, int]]) -> list[float]:
+        totals = [*totals, (sum(g for g, _ in totals), sum(w for _, w in totals))]  # and over all epochs
+        return [generated / with_spread if with_spread else np.nan for generated, with_spread in totals]
+
+    observed = zip(ratios(every), ratios(history), strict=True)
+    for (label, p), replayed in zip([*epochs, ("all", rates)], observed, strict=True):
         p = p[~np.isnan(p)]
         n = np.full(len(p), group_size)
         unsettled = ((p > 0) & (p < 1)).astype(float)
         figures = (oracle_per_spread_row(p, group_size), generated_per_spread_row(p, n))
-        figures += (generated_per_spread_row(p, n, unsettled), generated / with_spread if with_spread else np.nan)
+        figures += (generated_per_spread_row(p, n, unsettled), *replayed)
         lines.append(f"| {label} | {len(p)} | " + " | ".join(f"{value:.3f}" for value in figures) + " |")
     return lines
 
