@@ -13,6 +13,7 @@ study 5). Reported without a verdict.
 from __future__ import annotations
 
 import numpy as np
+from study_report_timing import _median_range
 
 
 def _round_sum(run: dict, key: str) -> float:
@@ -24,17 +25,12 @@ def _round_mean(run: dict, key: str) -> float | None:
     return float(np.mean(values)) if values else None
 
 
-def _median_range(values, digits: int = 0) -> str:
-    values = np.asarray(values, dtype=float)
-    return f"{np.median(values):,.{digits}f} [{values.min():,.{digits}f}, {values.max():,.{digits}f}]"
-
-
 def _mean_cell(values, digits: int) -> str:
     found = [value for value in values if value is not None]
     return f"{np.mean(found):.{digits}f}" if len(found) == len(values) and found else ""
 
 
-def spending_rows(runs: dict, protocol: dict) -> list[str]:
+def spending_rows(runs: dict) -> list[str]:
     """One row per arm: generated against trained, skipping and refill counts, training seconds (units every arm
     completed; mean or median [min, max] over them)."""
     rows = [
@@ -59,7 +55,7 @@ def spending_rows(runs: dict, protocol: dict) -> list[str]:
             if "grpo" in runs and unit in runs["grpo"]
         ]
         rows.append(
-            f"| `{arm}` | {_median_range(generated)} | "
+            f"| `{arm}` | {_median_range(generated, grouping=',')} | "
             + ", ".join(f"{label} ({count})" for label, count in sorted(steps.items(), key=lambda kv: kv[0]))
             + f" | {np.mean([g - run['rollout_budget'] for g, run in zip(generated, values, strict=True)]):.0f} | "
             f"{np.mean([_round_sum(run, 'rows_trained') for run in values]):,.0f} | {np.mean(with_spread):,.0f} | "
@@ -67,7 +63,7 @@ def spending_rows(runs: dict, protocol: dict) -> list[str]:
             f"{_mean_cell([_round_mean(run, 'refill_phases') for run in values], 2)} | "
             f"{sum(_round_sum(run, 'refill_bound_reached') for run in values):.0f} | "
             f"{_mean_cell([_round_mean(run, 'zero_std') for run in values], 3)} | "
-            f"{_median_range([run['train_time_s'] for run in values])} | "
+            f"{_median_range([run['train_time_s'] for run in values], grouping=',')} | "
             + (f"{np.median(to_grpo):.2f}" if to_grpo else "")
             + " |"
         )
@@ -154,7 +150,7 @@ def spending_lines(extras, runs: dict, protocol: dict, heading: str) -> list[str
             "second, per run. Training seconds leave out the held-out evaluations; runs go two at a time, so they "
             "depend on which runs shared the two cores.",
             "",
-            *spending_rows(runs, protocol),
+            *spending_rows(runs),
             "",
         ]
     if "reach" in extras:

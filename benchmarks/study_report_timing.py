@@ -9,9 +9,11 @@ from __future__ import annotations
 import numpy as np
 
 
-def _median_range(values, digits: int = 0) -> str:
+def _median_range(values, digits: int = 0, grouping: str = "") -> str:
+    """Median [min, max]; `grouping=","` puts thousands separators in."""
     values = np.asarray(values, dtype=float)
-    return f"{np.median(values):.{digits}f} [{values.min():.{digits}f}, {values.max():.{digits}f}]"
+    form = f"{grouping}.{digits}f"
+    return f"{np.median(values):{form}} [{values.min():{form}}, {values.max():{form}}]"
 
 
 def _ratios(runs: dict, arm: str, reference: str, key: str) -> list[float]:
