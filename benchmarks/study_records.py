@@ -20,19 +20,26 @@ class RecordingTrainer(CoBAGRPOTrainer):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.rounds, self.generation_times = [], []
+        plan_batch = self.round_runner.plan
 
-    def _generate_phase(self, *args, **kwargs):
+        def recorded_plan(*plan_args, **plan_kwargs):
+            plan = plan_batch(*plan_args, **plan_kwargs)
+            self._record_plan(plan)
+            return plan
+
+        self.round_runner.plan = recorded_plan
+
+    def _generate_rows(self, *args, **kwargs):
         phase_start = time.perf_counter()
-        phase = super()._generate_phase(*args, **kwargs)
+        output = super()._generate_rows(*args, **kwargs)
         seconds = round(time.perf_counter() - phase_start, 4)
         if self.generation_times and self.generation_times[-1][0] == self.state.global_step:
-            self.generation_times[-1][1].append(seconds)  # the second phase of the same round
+            self.generation_times[-1][1].append(seconds)  # a further phase of the same round
         else:
             self.generation_times.append([self.state.global_step, [seconds]])
-        return phase
+        return output
 
-    def _plan_round(self, *args, **kwargs):
-        plan = super()._plan_round(*args, **kwargs)
+    def _record_plan(self, plan) -> None:
         # The p_i this round was allocated from, and the plain pooled rate (they differ with a prior strength).
         successes, rollouts = self.pass_rate_history.counts(plan.prompt_ids)
         pooled = [None if n == 0 else s / n for s, n in zip(successes.tolist(), rollouts.tolist(), strict=True)]
@@ -43,7 +50,6 @@ class RecordingTrainer(CoBAGRPOTrainer):
                 kept.extend(more)
         else:
             self.rounds.append(entry)
-        return plan
 
 
 ROUND_KEYS = {  # compact record key: TRL / trainer log key of the round's first step

@@ -1,18 +1,24 @@
 """What a checkpoint carries besides TRL's files (`coba_state.json`, written atomically), and when it is complete.
 
-Besides TRL's own files a CoBA checkpoint holds what the next allocations depend on: the allocator (F_t window ->
-alpha_t, beta_t), the pass-rate history p_i, TRL's micro-step counter (not checkpointed by TRL, so a resumed run would
-otherwise put its round boundaries in the wrong place), the plan of the round in progress, the completions generated
-so far and, for rounds that draw their prompts (refill, skipping), the round source's cursor and the skip state. A
-checkpoint saved inside a round also holds each process's rows not yet trained (`coba_rows_<rank>.pt`), which the
-resumed run trains on; without them it regenerates that round with the same group sizes for the same prompts,
-without observing it a second time (docs/training.md, "Checkpoints and exact resume").
+Two calls: `saving` wraps TRL's save, `restore` reads a checkpoint back into the round runner
+(`coba_trl.rounds.runner.RoundRunner`). Besides TRL's own files a CoBA checkpoint holds what the next allocations
+depend on: the allocator (F_t window -> alpha_t, beta_t), the pass-rate history p_i, TRL's micro-step counter (not
+checkpointed by TRL, so a resumed run would otherwise put its round boundaries in the wrong place), the plan of the
+round in progress, what the run generated and trained so far and, for rounds that draw their prompts (refill,
+skipping), the round source's cursor and the skip state, and the batch layout (`batch_layout`). A checkpoint saved
+inside a round also holds each process's rows not yet trained (`coba_rows_<rank>.pt`), which a run resumed with the
+same layout trains on; without them it regenerates that round with the same group sizes for the same prompts,
+without observing it a second time (docs/training.md, "Checkpoints and exact resume"). A run resumed with another
+layout (processes, batch size, steps per generation, ...) never trains the saved rows: it regenerates the round for
+its own layout where TRL's dataloader resumes, as GRPOTrainer does.
 
-A checkpoint is complete once `coba_complete.json` is in it (`write_complete_marker`, after every process has saved):
-it lists each file with its size, so a file cut short, or missing, shows. `resume_from_checkpoint=True` takes the
-latest complete checkpoint (`latest_complete_checkpoint`), not the highest-numbered folder, and warns about a newer
-one a save left incomplete. A folder without the marker (stock TRL, an earlier coba-trl) counts as complete when its
-`trainer_state.json`, which transformers writes last, reads as JSON and its safetensors files are whole.
+A checkpoint is complete once `coba_complete.json` is in it (written after every process has saved): it lists each
+file with its size, so a file cut short, or missing, shows. TRL's deletion of older checkpoints (`save_total_limit`)
+runs after the marker is written, so at every moment of a save some checkpoint is complete.
+`resume_from_checkpoint=True` takes the latest complete checkpoint (`latest_complete_checkpoint`), not the
+highest-numbered folder, and warns about a newer one a save left incomplete. A folder without the marker (stock TRL,
+an earlier coba-trl) counts as complete when its `trainer_state.json`, which transformers writes last, reads as JSON
+and its safetensors files are whole.
 
 The state file says which layout it has (`version`). This code reads `STATE_VERSION` 2 and version 1, the file written
 before exact resume (allocator and history only, no `version` key; a run resumed from it starts its next round
@@ -28,13 +34,15 @@ import os
 import re
 import tempfile
 from collections.abc import Callable
+from contextlib import contextmanager
 
 import numpy as np
 import torch
 from safetensors import safe_open
-from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
 
 from coba_trl.allocation.history import prompt_id_from_json
+from coba_trl.distributed import shared_call
 
 STATE_FILE = "coba_state.json"
 STATE_VERSION = 2
@@ -241,3 +249,82 @@ def load_state(directory: str) -> dict | None:
             f"{STATE_VERSION}). Upgrade coba-trl (`pip install -U coba-trl`) to resume from this checkpoint."
         )
     return {**state, "version": version}
+
+
+# What a process's saved rows of a round depend on: a resume with other values regenerates the round.
+LAYOUT_FIELDS = (
+    "per_device_train_batch_size",
+    "steps_per_generation",
+    "num_iterations",
+    "gradient_accumulation_steps",
+    "num_generations",
+)
+
+
+def batch_layout(args, num_processes: int) -> dict:
+    """The batch layout of a run: its number of processes and the `LAYOUT_FIELDS` of its config."""
+    return {"num_processes": num_processes, **{name: int(getattr(args, name)) for name in LAYOUT_FIELDS}}
+
+
+@contextmanager
+def saving(folder: str, state: dict, rows: list[dict] | None, accelerator, args, trainer_state):
+    """Wrap TRL's save of checkpoint `folder` (the `with` body): the CoBA `state` (and this process's `rows` of the
+    round in progress) first, the completion marker once every process has saved, TRL's rotation of older
+    checkpoints (`save_total_limit`) only then, so that at every moment some checkpoint is complete."""
+    shared_call(lambda: start_checkpoint(folder, state), accelerator, run_here=args.should_save)
+    if rows is not None:  # inside a round: this process's rows not yet trained, which a resumed run trains on
+        save_buffered_rows(folder, accelerator.process_index, rows)
+    limit, args.save_total_limit = args.save_total_limit, None  # TRL's save rotates nothing
+    try:
+        yield
+    finally:
+        args.save_total_limit = limit
+    accelerator.wait_for_everyone()  # every process's files are written before the marker that says so
+    shared_call(lambda: write_complete_marker(folder), accelerator, run_here=args.should_save)
+    if args.should_save:  # as TRL's save does, after the marker
+        best = trainer_state.best_model_checkpoint
+        rotate_checkpoints(os.path.dirname(folder), limit, best_model_checkpoint=best, use_mtime=True)
+
+
+def restore(checkpoint: str, runner, layout: dict, accelerator, global_step: int, warn=logger.warning):
+    """Load `checkpoint`'s CoBA state into `runner`; returns (TRL's micro-step counter, this process's rows of the
+    round in progress to train, on the accelerator's device, or None to generate the next round)."""
+    state = load_state(checkpoint)
+    resumed_at = runner.source.fast_forward_micro_step(global_step, layout["gradient_accumulation_steps"])
+    if state is None:
+        warn(
+            f"{os.path.join(checkpoint, STATE_FILE)} not found: resuming with an empty pass-rate history and "
+            "capability estimate."
+        )
+    else:
+        runner.load_state_dict(state)
+    if state is None or "micro_step" not in state:
+        # No saved micro-step (no CoBA state, or one from coba-trl 0.1): continue from where the Trainer's
+        # fast-forward puts the dataloader, so the round sampler's schedule still names the prompts it loads.
+        warn(f"{checkpoint} has no saved micro-step: a round interrupted by it is allocated afresh.")
+        return resumed_at, None
+    saved = {**layout, **state.get("layout", {})}  # a checkpoint without a layout: this run's
+    changed = [f"{name} {saved[name]} -> {value}" for name, value in layout.items() if saved[name] != value]
+    micro_step = resumed_at if changed else state["micro_step"]
+    if state["micro_step"] % (saved["steps_per_generation"] * saved["num_iterations"]) == 0:
+        return micro_step, None  # saved at a round's end
+    if changed:
+        warn(
+            f"{checkpoint} was saved inside a round with another batch layout ({', '.join(changed)}): its rows are "
+            "not trained; the resumed run generates its rounds for this layout from where the dataloader resumes, "
+            "as GRPOTrainer does."
+        )
+    else:
+        rows = load_buffered_rows(checkpoint, accelerator.process_index, accelerator.num_processes)
+        if rows is not None:
+            device = accelerator.device
+            moved = [{k: v.to(device) if torch.is_tensor(v) else v for k, v in batch.items()} for batch in rows]
+            return micro_step, moved
+        if runner.draws_prompts:
+            warn(
+                f"{checkpoint} was saved inside a round without this run's saved rows of it: the resumed run goes on "
+                "with the next prompts of the epoch."
+            )
+    if not runner.draws_prompts and state["round"] is not None:  # regenerated with its saved plan, if it recurs
+        runner.replay_round = state["round"]
+    return micro_step, None

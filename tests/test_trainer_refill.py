@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from scripts.refill_runs import MODES, SpendingRecorder, refill_trainer, settled
 from scripts.two_processes import run_ranks
 
@@ -157,7 +158,7 @@ def test_a_resume_inside_a_refill_round_equals_the_uninterrupted_run(tmp_path):
     assert _logged(resumed, "loss") == _logged(full, "loss")
     assert read_rounds(tmp_path / "resumed") == read_rounds(tmp_path / "full")[2:]
     assert resumed.rollouts_generated == full.rollouts_generated
-    assert resumed._skipper.state_dict() == full._skipper.state_dict()
+    assert resumed.round_runner.skipper.state_dict() == full.round_runner.skipper.state_dict()
     assert resumed.pass_rate_history.state_dict() == full.pass_rate_history.state_dict()
 
 
@@ -270,8 +271,202 @@ def test_the_cursor_takes_the_epochs_order_and_consumes_skipped_prompts(stream):
     source = round_source(dataset.to_iterable_dataset() if stream else dataset, RoundLayout(2, 1, 1, True, 0, "uid"))
     order = [source.draw(1)[1][0] for _ in range(12)]
     assert sorted(order[:6]) == sorted(order[6:]) == [f"q{i}" for i in range(6)] and order[:6] != order[6:]
-    source.load_cursor_state([0, 0])
+    source.restore_cursor([0, 0])
     rows, ids, skipped = source.draw(3, skip=lambda uid: uid == order[1])
     assert ids == [order[0], order[2], order[3]] and skipped == [order[1]] and rows[0]["uid"] == order[0]
-    source.load_cursor_state([1, 4])  # a resumed run continues where the checkpoint left the cursor
+    source.restore_cursor([1, 4])  # a resumed run continues where the checkpoint left the cursor
     assert source.draw(2)[1] == order[10:12]
+
+
+def _visits_in_order(records) -> dict:
+    """Per prompt, its visits in the order the rounds drew them: True for a skipped visit, False for a generated one.
+    (A batch draws each prompt at most once: its skipped and generated prompts are listed apart.)"""
+    visits: dict = {}
+    for record in records:
+        for batch in [record, *record["refills"]]:
+            for uid in batch["skipped_prompts"]:
+                visits.setdefault(uid, []).append(True)
+            for uid in batch["prompt_ids"]:
+                visits.setdefault(uid, []).append(False)
+    return visits
+
+
+def _longest_run(flags: list[bool]) -> int:
+    longest = run = 0
+    for flag in flags:
+        run = run + 1 if flag else 0
+        longest = max(longest, run)
+    return longest
+
+
+@pytest.fixture(scope="module")
+def long_skipping_run(tmp_path_factory):
+    # 24 prompts (a third always solved, a third never, a third mixed), 2 prompts a round, 60 rounds: refill draws
+    # past the end of epochs, so a round can visit a prompt twice (generated in one batch, skipped in a later one).
+    trainer = refill_trainer(
+        tmp_path_factory.mktemp("long"), num_prompts=24, skip_settled_prompts=True, max_skips_in_a_row=2, max_steps=60
+    )
+    trainer.train()
+    return trainer, read_rounds(trainer.args.output_dir)
+
+
+def test_no_prompt_is_skipped_on_more_visits_in_a_row_than_the_cap_over_many_epochs(long_skipping_run):
+    trainer, records = long_skipping_run
+    visits = _visits_in_order(records)
+    assert min(len(flags) for flags in visits.values()) >= 6  # many epochs
+    runs = {uid: _longest_run(flags) for uid, flags in visits.items()}
+    assert max(runs.values()) == trainer.args.max_skips_in_a_row  # reached, never passed
+    assert all(runs[uid] == 0 for uid in runs if not settled(uid))
+
+
+def test_the_skip_probabilities_stay_at_their_start_through_the_first_epoch(long_skipping_run):
+    trainer, records = long_skipping_run
+    logged = [
+        (h["coba/skip_p_solved"], h["coba/skip_p_failed"])
+        for h in trainer.state.log_history
+        if "coba/skip_p_solved" in h
+    ]
+    assert len(logged) == len(records)
+    shown, first_epoch = 0, 0
+    for record in records:  # a round that starts in the first epoch is not tuned, nor is the round after it
+        if shown >= 24:
+            break
+        first_epoch += 1
+        shown += sum(
+            len(batch["skipped_prompts"]) + len(batch["prompt_ids"]) for batch in [record, *record["refills"]]
+        )
+    assert logged[: first_epoch + 1] == [(0.5, 0.5)] * (first_epoch + 1)
+    assert logged[-1] != (0.5, 0.5)  # tuned from the second epoch on
+
+
+def test_a_group_with_spread_ends_a_prompts_run_of_settled_groups():
+    skipper = SettledPromptSkipper(seed=0)
+    skipper.observe_round(["a", "a"], [True, True], [2, 2], [2, 2], tune=False)
+    assert skipper.skip_probability("a") == pytest.approx(0.75)  # a run of two all-solved groups
+    skipper.observe_round(["a"], [False], [1], [2], tune=False)
+    assert skipper.skip_probability("a") == 0.0
+    assert [skipper.visit("a") for _ in range(20)] == [False] * 20
+
+
+def test_a_skip_after_a_generation_in_the_same_round_counts_towards_the_cap():
+    # A prompt generated in a round's first batch and skipped in a later batch of the same round: the round's
+    # observation records its group without forgetting that skip.
+    skipper = SettledPromptSkipper(max_skips_in_a_row=2, seed=0)
+    skipper.observe_round(["a"] * 10, [True] * 10, [2] * 10, [2] * 10, tune=False)  # a long all-solved run
+    skipper.runs["a"][2] = 1  # skipped once after its generation in this round (`visit`)
+    skipper.observe_round(["a"], [True], [2], [2], tune=False)
+    assert skipper.runs["a"][2] == 1
+    skipper.visit("a")  # whatever this visit decides, the next one after two skips in a row is generated
+    if skipper.runs["a"][2] == 2:
+        assert skipper.skip_probability("a") == 0.0
+
+
+def cancelling_reward(completions, uid, **kwargs):
+    """Even prompts: 1 and 0 by turns; odd prompts: the same."""
+    return [float(position % 2 == 0) for position, _ in enumerate(uid)]
+
+
+def mirror_reward(completions, uid, **kwargs):
+    """Even prompts: the opposite of `cancelling_reward`, so that normalised and summed they cancel; odd: 0."""
+    return [float(position % 2 == 1) if int(u[1:]) % 2 == 0 else 0.0 for position, u in enumerate(uid)]
+
+
+def test_refill_replaces_groups_whose_rewards_cancel_under_normalize_then_sum(tmp_path):
+    # Each reward varies inside every group; on even prompts they cancel once normalised, so every row's advantage
+    # is 0: such a group teaches nothing, is discarded and replaced.
+    trainer = refill_trainer(tmp_path, multi_objective_aggregation="normalize_then_sum", max_steps=4)
+    trainer.reward_funcs[0] = cancelling_reward
+    trainer.reward_funcs.append(mirror_reward)
+    trainer.reward_func_names.append("mirror_reward")
+    trainer.reward_weights = torch.ones(2)
+    trainer.reward_processing_classes.append(None)
+    recorder = SpendingRecorder(trainer)
+    trainer.train()
+    for batch, bound in zip(recorder.batches, _logged(trainer, "coba/refill_bound_reached"), strict=True):
+        assert bound or (np.array(batch["advantages"]) != 0).all()
+    for record in read_rounds(tmp_path):
+        for batch in [record, *record["refills"]]:
+            assert [batch["prompt_ids"][g] for g in batch["discarded"]] == [
+                uid for uid in batch["prompt_ids"] if int(uid[1:]) % 2 == 0
+            ]
+
+
+def test_refill_with_batch_scaling_gives_a_rounds_rows_one_scale(tmp_path):
+    # scale_rewards="batch": GRPO divides a generation batch by one std. A refill round's rows, chosen from several
+    # batches, share the std of the rows trained: here 8 rows rewarded 1 and 0 by turns.
+    trainer = refill_trainer(tmp_path, scale_rewards="batch", max_steps=6)
+    recorder = SpendingRecorder(trainer)
+    trainer.train()
+    expected = 0.5 / (torch.tensor([1.0, 0.0] * 4).std().item() + 1e-4)
+    assert sum(_logged(trainer, "coba/refill_phases")) > 0
+    for batch in recorder.batches:
+        np.testing.assert_allclose(np.abs(batch["advantages"]), expected, rtol=1e-5)
+
+
+def test_filler_rows_past_the_bound_are_dealt_evenly_over_the_processes():
+    from coba_trl.rounds.refill import ChosenRows, deal_chosen_rows
+
+    rows = 8
+    gathered = {
+        "completion_ids": torch.arange(rows).unsqueeze(1),
+        "completion_mask": torch.ones(rows, 1, dtype=torch.long),
+        "advantages": torch.arange(rows, dtype=torch.float),
+        "num_items_in_batch": torch.tensor(rows),
+    }
+    chosen = ChosenRows(np.array([0, 1, 2, 3, 4]), np.array([5, 6, 7]), np.arange(rows))
+    shares = [deal_chosen_rows(gathered, chosen, rank, 2) for rank in range(2)]
+    kept = [int(share["completion_mask"].sum()) for share in shares]
+    assert kept == [3, 2]  # rows with spread per process differ by at most one
+    dealt = sorted(int(i) for share in shares for i in share["completion_ids"].flatten())
+    assert dealt == list(range(rows))  # every chosen row once
+    assert all(int(share["num_items_in_batch"]) == 5 for share in shares)  # the kept rows' tokens
+
+
+def test_on_two_processes_the_rows_trained_are_disjoint_and_are_the_rounds_rows_with_spread(tmp_path):
+    (tmp_path / "refill").mkdir()
+    results = run_ranks(SCRIPT, tmp_path / "refill", "refill")
+    rounds = len(results[0]["batches"])
+    assert rounds == len(results[1]["batches"]) >= 6
+    for r in range(rounds):
+        trained = [Counter(tuple(ids) for ids in result["batches"][r]["trained"]) for result in results]
+        assert [sum(t.values()) for t in trained] == [8, 8]  # each process trains half of the round's 16 rows
+        assert not trained[0] & trained[1]  # no row trained twice
+        with_spread = Counter(
+            tuple(ids) for result in results for uid, ids in result["generated"][r] if not settled(uid)
+        )
+        assert not (trained[0] + trained[1]) - with_spread  # every trained row is a generated row with spread
+
+
+def never_solved(completions, uid, **kwargs):
+    return [0.0] * len(uid)
+
+
+def test_refill_on_a_reward_that_never_succeeds_warns_once_and_the_run_ends_with_its_totals(tmp_path, caplog, capsys):
+    trainer = refill_trainer(tmp_path, reward=never_solved, max_refill_phases=2, max_steps=4)
+    with caplog.at_level("WARNING"):
+        trainer.train()
+    warnings = [r.getMessage() for r in caplog.records if "teaches nothing" in r.getMessage()]
+    assert len(warnings) == 1  # given once, in the first round
+    assert "max_refill_phases=2" in warnings[0] and "'never_solved'" in warnings[0]
+    assert _logged(trainer, "coba/refill_bound_reached") == [1.0] * 4
+    generated = int(sum(_logged(trainer, "coba/rollouts_generated")))
+    assert generated == trainer.rollouts_generated == 4 * 3 * 8  # each round: its batch and 2 refill batches
+    line = [line for line in capsys.readouterr().out.splitlines() if line.startswith("[coba]")]
+    assert line == [
+        f"[coba] {generated} completions generated in 4 rounds, 0 rows trained, 0 with spread (n/a generated per "
+        "trained row with spread), 0 prompt visits skipped, 4 rounds at the refill bound"
+    ]
+
+
+def test_refill_at_its_bound_three_rounds_in_a_row_warns(tmp_path, caplog):
+    # A few rows with spread each round, never enough: the bound is reached round after round.
+    trainer = refill_trainer(tmp_path, max_refill_phases=0, max_steps=4, num_prompts=12)
+    with caplog.at_level("WARNING"):
+        trainer.train()
+    reached = _logged(trainer, "coba/refill_bound_reached")
+    streaks = [all(reached[i : i + 3]) for i in range(len(reached) - 2)]
+    warnings = [r.getMessage() for r in caplog.records if "teaches nothing" in r.getMessage()]
+    if any(streaks) or 0.0 in _logged(trainer, "coba/rows_with_spread"):
+        assert len(warnings) == 1 and "max_refill_phases=0" in warnings[0]
+    else:
+        assert warnings == []

@@ -13,7 +13,7 @@ import shutil
 
 import pytest
 import torch
-from scripts.tiny_coba import TINY_ARGS, RoundRecorder, prompt_dataset, step_reward, tiny_model
+from scripts.tiny_coba import TINY_ARGS, RoundRecorder, parity_reward, prompt_dataset, step_reward, tiny_model
 
 from coba_trl import CoBAConfig, CoBAGRPOTrainer
 from coba_trl.checkpoint import COMPLETE_FILE, STATE_FILE, incomplete_reason, load_state, save_state
@@ -263,3 +263,72 @@ def test_resume_true_skips_a_checkpoint_whose_save_was_cut_short(tmp_path, saved
     assert str(tmp_path / "checkpoint-6") in warning and f"Resuming from {tmp_path / 'checkpoint-5'}," in warning
     assert "\n" not in warning
     assert incomplete_reason(str(tmp_path / "checkpoint-6")) is None  # saved again, whole this time
+
+
+def _micro_batch_rows(trainer) -> list[int]:
+    """Records the rows of every micro-batch the loss sees (what `_prepare_inputs` returns in training)."""
+    rows, prepare = [], trainer._prepare_inputs
+
+    def record(inputs):
+        batch = prepare(inputs)
+        if trainer.model.training:
+            rows.append(len(batch["completion_ids"]))
+        return batch
+
+    trainer._prepare_inputs = record
+    return rows
+
+
+@pytest.mark.parametrize(
+    ("field", "saved", "resumed"),
+    [("steps_per_generation", 2, 4), ("per_device_train_batch_size", 4, 8)],
+    ids=["steps_per_generation", "per_device_train_batch_size"],
+)
+@pytest.mark.parametrize("mode", ["keep", "refill"])
+def test_a_resume_inside_a_round_with_another_layout_trains_rounds_of_the_new_layout(
+    tmp_path, field, saved, resumed, mode, caplog
+):
+    # Stock GRPOTrainer regenerates the round on such a resume and trains micro-batches of the new size; the saved
+    # rows of the old layout are never trained.
+    layout = dict(steps_per_generation=2, per_device_train_batch_size=4, prompt_id_column="uid", max_steps=4)
+    refill = {}
+    if mode == "refill":  # a reward whose groups have spread, so that rounds refill and train their rows
+        refill = dict(zero_variance_groups="refill", skip_settled_prompts=True, reward=parity_reward)
+    dataset = prompt_dataset(16)
+    full = _trainer(tmp_path / "full", dataset, **{**layout, **refill, field: saved})
+    full.train()
+    checkpoint = tmp_path / "full" / "checkpoint-3"
+    assert sorted(p.name for p in checkpoint.glob("coba_rows_*.pt")) == ["coba_rows_0.pt"]  # inside a round
+    trainer = _trainer(tmp_path / "resumed", dataset, **{**layout, **refill, field: resumed})
+    rows = _micro_batch_rows(trainer)
+    with caplog.at_level(logging.WARNING):
+        trainer.train(resume_from_checkpoint=str(checkpoint))
+    assert rows == [trainer.args.per_device_train_batch_size] * (trainer.state.global_step - 3)
+    assert trainer.state.global_step == 4
+    assert f"another batch layout ({field} {saved} -> {resumed})" in caplog.text
+
+
+def test_a_stop_right_after_trls_save_leaves_a_checkpoint_that_resumes_with_true(tmp_path, monkeypatch):
+    # With save_total_limit=1, a run stopped after TRL's save of checkpoint-2 returned (before coba-trl marks it
+    # complete) still has a complete checkpoint: the older one, which TRL's rotation deletes only after the marker.
+    from trl import GRPOTrainer
+
+    save = GRPOTrainer._save_checkpoint
+
+    def stop_after_the_second_save(self, model, trial):
+        save(self, model, trial)
+        if self.state.global_step == 2:
+            raise KeyboardInterrupt("stopped right after TRL's save")
+
+    monkeypatch.setattr(GRPOTrainer, "_save_checkpoint", stop_after_the_second_save)
+    dataset = prompt_dataset(8, repeats=2)
+    stopped = _trainer(tmp_path, dataset, save_total_limit=1, max_steps=4, prompt_id_column="uid")
+    with pytest.raises(KeyboardInterrupt):
+        stopped.train()
+    monkeypatch.setattr(GRPOTrainer, "_save_checkpoint", save)
+    assert incomplete_reason(str(tmp_path / "checkpoint-1")) is None
+    resumed = _trainer(tmp_path, dataset, save_total_limit=1, max_steps=4, prompt_id_column="uid")
+    resumed.train(resume_from_checkpoint=True)
+    assert resumed.state.global_step == 4
+    assert sorted(name for name in os.listdir(tmp_path) if name.startswith("checkpoint-")) == ["checkpoint-4"]
+    assert incomplete_reason(str(tmp_path / "checkpoint-4")) is None

@@ -1,6 +1,9 @@
 """The round machinery of `CoBAGRPOTrainer`: where a round's prompts come from, how they become rows, and how the
 round is planned, scored and recorded. Plain functions and small classes; the trainer only wires them into TRL.
 
+- `runner`: the one entry point, `RoundRunner.run`, which runs a whole round with everything below and calls back
+  into the trainer only to generate and score rows with TRL's own method.
+
 - `source`: one interface for where a round's prompts come from (`sampling` for a dataset, `streaming` for a stream):
   the per-process batch, the prompt ids, the resume position, and the cursor rounds of a variable number of prompts
   draw from.
@@ -13,4 +16,6 @@ round is planned, scored and recorded. Plain functions and small classes; the tr
 - `scoring` and `advantages`: advantages over groups of any size, successes, and the one place the pass-rate history
   and F_t change.
 - `metrics` and `log`: what a round logs, and the allocation log (`coba_rounds.jsonl`).
+- `spending`: what a round and the run generated and trained, the end-of-run line and the warning when refill runs
+  away.
 """

@@ -24,9 +24,10 @@ from dataclasses import dataclass, replace
 import numpy as np
 import torch
 
+from coba_trl.rounds.advantages import group_advantages
 from coba_trl.rounds.log import plain
 from coba_trl.rounds.metrics import budget_metrics
-from coba_trl.rounds.phases import PADDING, ROWS, merge_phase_outputs
+from coba_trl.rounds.phases import PADDING, ROWS, merge_phase_outputs, round_rows
 from coba_trl.rounds.plan import RoundPlan, Screening
 
 
@@ -71,10 +72,29 @@ class ChosenRows:
 
     kept: np.ndarray  # rows of groups with spread, in batch and group order
     filler: np.ndarray  # rows of discarded groups that fill the batch when the bound was reached (loss mask zeroed)
+    source_rows: np.ndarray  # of each gathered position, its row in the round's rows (`combined`, `round_rows`)
 
     @property
     def bound_reached(self) -> bool:
         return self.filler.size > 0
+
+    def round_advantages(self, phases: list, num_groups: int, settings, group_weights=None) -> torch.Tensor:
+        """The round's advantages (`combined` order): each group's own statistics, as each batch scored them, and
+        the batch statistics of `scale_rewards="batch"` or "normalize_then_sum" over the rows chosen for the loss,
+        so that a step's rows share one scale (as GRPO's do: one std per generation batch)."""
+        rewards, group_ids = round_rows(phases)
+        chosen = torch.zeros(len(group_ids), dtype=torch.bool)
+        chosen[torch.as_tensor(self.source_rows[np.concatenate([self.kept, self.filler])], dtype=torch.long)] = True
+        advantages = group_advantages(
+            rewards,
+            group_ids,
+            num_groups,
+            settings.reward_weights,
+            settings.scale_rewards,
+            settings.multi_objective_aggregation,
+            batch_rows=chosen,
+        )
+        return advantages if group_weights is None else advantages * group_weights[group_ids]
 
 
 def choose_rows(batches: list[GenerationBatch], num_processes: int, rows_needed: int) -> ChosenRows:
@@ -82,22 +102,22 @@ def choose_rows(batches: list[GenerationBatch], num_processes: int, rows_needed:
     `rank * local_rows + its position in that process's round batch` (the batches one after the other)."""
     group_of = [np.concatenate([phase.group_ids for phase in batch.phases]) for batch in batches]
     flat_of = [batch.scored.zero_spread.cpu().numpy() for batch in batches]
-    local_rows = sum(len(groups) for groups in group_of) // num_processes
-    batch_index, groups, positions, flat = [], [], [], []
+    starts = np.cumsum([0] + [len(groups) for groups in group_of[:-1]])  # each batch's first row in the round's
+    batch_index, groups, flat, source = [], [], [], []
     for rank in range(num_processes):
-        offset = rank * local_rows
         for index, batch in enumerate(batches):
-            local = group_of[index][local_positions(batch.phases, rank, num_processes)]
+            rows = local_positions(batch.phases, rank, num_processes)
+            local = group_of[index][rows]
             batch_index.append(np.full(len(local), index))
             groups.append(local)
-            positions.append(offset + np.arange(len(local)))
             flat.append(flat_of[index][local])
-            offset += len(local)
-    batch_index, groups, positions, flat = (np.concatenate(a) for a in (batch_index, groups, positions, flat))
+            source.append(starts[index] + rows)
+    batch_index, groups, flat, source = (np.concatenate(a) for a in (batch_index, groups, flat, source))
+    positions = np.arange(len(groups))
     kept = [row for row in np.lexsort((positions, groups, batch_index)) if not flat[row]][:rows_needed]
     filler = [row for row in np.lexsort((positions, groups, -batch_index)) if flat[row]]
     filler = filler[: rows_needed - len(kept)]
-    return ChosenRows(positions[kept].astype(np.int64), positions[filler].astype(np.int64))
+    return ChosenRows(np.asarray(kept, dtype=np.int64), np.asarray(filler, dtype=np.int64), source.astype(np.int64))
 
 
 def gather_round(batches: list[GenerationBatch], pad_token_id: int, accelerator) -> dict:
@@ -121,18 +141,20 @@ def gather_round(batches: list[GenerationBatch], pad_token_id: int, accelerator)
 
 
 def deal_chosen_rows(gathered: dict, chosen: ChosenRows, rank: int, num_processes: int) -> dict:
-    """Process `rank`'s share of the chosen rows (an equal slice), with the filler rows out of the loss and TRL's
-    token normaliser `num_items_in_batch` recounted over the rows every process trains."""
-    rows = np.concatenate([chosen.kept, chosen.filler])
-    share = len(rows) // num_processes
-    mine = torch.as_tensor(rows[rank * share : (rank + 1) * share], dtype=torch.long)
-    filler = torch.zeros(len(rows), dtype=torch.bool)
-    filler[len(chosen.kept) :] = True
-    every = torch.as_tensor(rows, dtype=torch.long)
+    """Process `rank`'s share of the chosen rows, with the filler rows out of the loss and TRL's token normaliser
+    `num_items_in_batch` recounted over the rows every process trains. The kept rows are cut into `num_processes`
+    slices in order (their sizes differ by at most one) and each process fills its share up with filler rows, so
+    every process trains as many rows with spread as the others, whatever its share of loss tokens weighs."""
+    share = (len(chosen.kept) + len(chosen.filler)) // num_processes
+    kept = np.array_split(chosen.kept, num_processes)
+    start = sum(share - len(part) for part in kept[:rank])
+    filler = chosen.filler[start : start + share - len(kept[rank])]
+    mine = torch.as_tensor(np.concatenate([kept[rank], filler]), dtype=torch.long)
+    every = torch.as_tensor(chosen.kept, dtype=torch.long)
     mask = gathered["completion_mask"]
     loss_mask = mask if gathered.get("tool_mask") is None else mask * gathered["tool_mask"]
     device = mask.device
-    trained_tokens = loss_mask[every.to(device)][~filler.to(device)].sum()
+    trained_tokens = loss_mask[every.to(device)].sum()
     batch = {}
     for key, value in gathered.items():
         if value is None or key == "num_items_in_batch":
@@ -143,7 +165,7 @@ def deal_chosen_rows(gathered: dict, chosen: ChosenRows, rank: int, num_processe
             raise ValueError(
                 f"zero_variance_groups='refill' cannot deal the generation output {key!r} over processes."
             )
-    mine_filler = filler[rank * share : (rank + 1) * share].to(device)
+    mine_filler = torch.arange(len(mine), device=device) >= len(kept[rank])
     batch["completion_mask"] = torch.where(
         mine_filler.unsqueeze(1), torch.zeros_like(batch["completion_mask"]), batch["completion_mask"]
     )
@@ -198,24 +220,6 @@ def combined(batches: list[GenerationBatch]):
         group_weights=weights,
     )
     return plan, scored, phases
-
-
-def spending_metrics(plan: RoundPlan, scored, mode: str, chosen: ChosenRows | None, refill_phases: int) -> dict:
-    """What a round spent and what reached the loss: `coba/rollouts_generated` (completions of every batch and phase,
-    all processes), `coba/rows_trained` (rows whose loss mask is not zeroed), `coba/rows_with_spread` (trained rows
-    of groups with spread) and, with `refill`, `coba/refill_phases` and `coba/refill_bound_reached`."""
-    sizes = np.asarray(plan.group_sizes)
-    flat = scored.zero_spread.cpu().numpy()
-    generated, with_spread = float(sizes.sum()), float(sizes[~flat].sum())
-    metrics = {"coba/rollouts_generated": generated}
-    if chosen is not None:
-        metrics["coba/rows_trained"] = metrics["coba/rows_with_spread"] = float(len(chosen.kept))
-        metrics["coba/refill_phases"] = float(refill_phases)
-        metrics["coba/refill_bound_reached"] = float(chosen.bound_reached)
-    else:
-        metrics["coba/rows_trained"] = with_spread if mode == "drop" else generated
-        metrics["coba/rows_with_spread"] = with_spread
-    return metrics
 
 
 def round_record(batches: list[GenerationBatch], group_weighting: str, skipped: list, chosen, draws: bool) -> dict:

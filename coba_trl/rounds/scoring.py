@@ -94,7 +94,7 @@ class ScoredRound:
     """A round's advantages and zero-spread groups, and this process's batch of completion rows for the loss."""
 
     advantages: torch.Tensor  # of each row (`round_rows` order), as the loss sees them (after `group_weighting`)
-    zero_spread: torch.Tensor  # per group: every completion rewarded alike (`zero_spread_groups`)
+    zero_spread: torch.Tensor  # per group: no policy gradient (`zero_spread_groups`: rewards alike, advantages 0)
     successes: np.ndarray  # per group, all phases
     scored: np.ndarray  # rows per group with a success reward (not NaN), all phases: the rollouts the history counts
     batch: dict  # this process's rows: TRL's output (merged over phases) with the round's advantages
@@ -151,9 +151,15 @@ def screen_round(phase: Phase, settings: Scoring, num_groups: int, rollouts: int
     rewards, group_ids = round_rows([phase])
     indices, threshold = settings.success_indices, settings.success_threshold
     successes, scored = group_successes(rewards, group_ids.cpu(), num_groups, indices, threshold)
-    aggregation = settings.multi_objective_aggregation
-    zero_spread = zero_spread_groups(rewards, group_ids, num_groups, settings.reward_weights, aggregation)
+    zero_spread = flat_groups(rewards, group_ids, num_groups, settings)
     return Screening(rollouts, successes, zero_spread.cpu().numpy(), scored)
+
+
+def flat_groups(rewards: torch.Tensor, group_ids: torch.Tensor, num_groups: int, settings: Scoring) -> torch.Tensor:
+    """Per group: no policy gradient, as `zero_spread_groups` judges it from the rewards and their advantages."""
+    weights, scale, aggregation = settings.reward_weights, settings.scale_rewards, settings.multi_objective_aggregation
+    advantages = group_advantages(rewards, group_ids, num_groups, weights, scale, aggregation)
+    return zero_spread_groups(rewards, group_ids, num_groups, weights, aggregation, advantages)
 
 
 def score_round(
@@ -173,6 +179,7 @@ def score_round(
     advantages = group_advantages(
         rewards, group_ids, num_groups, settings.reward_weights, settings.scale_rewards, aggregation
     )
+    zero_spread = zero_spread_groups(rewards, group_ids, num_groups, settings.reward_weights, aggregation, advantages)
     weights = None
     if settings.group_weighting == "prompt":  # every prompt's rows together weigh one group of the mean size
         weights = prompt_weights(plan.group_sizes, float(plan.group_sizes.sum()) / num_groups, rewards.device)
@@ -188,7 +195,6 @@ def score_round(
     else:
         batch = merge_phase_outputs([phase.output for phase in phases], settings.pad_token_id)
     batch["advantages"] = advantages[local]
-    zero_spread = zero_spread_groups(rewards, group_ids, num_groups, settings.reward_weights, aggregation)
     dropped_groups, dropped_tokens = None, 0.0
     if settings.zero_variance_groups == "drop":
         dropped_groups = int(zero_spread.sum().item())

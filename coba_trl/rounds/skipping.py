@@ -9,7 +9,8 @@ to all-solved and two thirds to all-failed groups (all-failed prompts are the li
 improves). A group judged zero-spread (as `drop` judges it) counts as all-solved when every scored completion
 succeeded, as all-failed otherwise; a group with spread ends the run. A skipped prompt keeps its run, so it is
 skipped as likely on its next visit, and comes back in a later epoch (exploration); `max_skips_in_a_row` bounds how
-many visits in a row it can miss.
+many visits in a row it can miss, counted over visits in the order they happen (a round that generates a prompt and
+then skips it in a later batch counts that skip).
 
 The state (runs, both `p`, the random generator) is the same on every process, changes only through `visit` and
 `observe_round`, and is saved in every checkpoint (`state_dict`), so a resumed run skips what the uninterrupted run
@@ -73,7 +74,10 @@ class SettledPromptSkipper:
             kind = "solved" if wins == tries else "failed"
             counted[kind] += 1
             run = self.runs.get(prompt_id)
-            self.runs[prompt_id] = [kind, run[1] + 1 if run is not None and run[0] == kind else 1, 0]
+            count = run[1] + 1 if run is not None and run[0] == kind else 1
+            # Its visits skipped in a row stay as `visit` left them: a round can generate a prompt in one batch and
+            # skip it in a later one (refill drawing past the end of an epoch), and that skip counts.
+            self.runs[prompt_id] = [kind, count, 0 if run is None else run[2]]
         shares = {kind: counted[kind] / max(len(prompt_ids), 1) for kind in KINDS}
         if tune:
             low, high = PROBABILITY_BOUNDS

@@ -16,7 +16,8 @@ When a round takes a variable number of prompts (`zero_variance_groups="refill"`
 dataloader only keeps time: every process draws the round's prompts from the source's *cursor* instead (`draw`), the
 same on every process, in the epoch's order (the sampler's permutation of epoch e, or pass e over the stream). A drawn
 prompt is consumed, skipped or not, so the epoch does not show it again; an epoch's last prompts are drawn too, and
-the next epoch's order follows at once. The cursor (epoch, position) is saved in every checkpoint (`cursor_state`).
+the next epoch's order follows at once. The cursor (epoch, position) is saved in every checkpoint (`cursor_state`,
+`restore_cursor`), and drawn rows have the columns the dataloader's rows have (`keep_columns`).
 
 A prompt id is any hashable value of the id column; a list (Arrow's list columns) is keyed as the tuple of its items,
 the form the checkpoint's JSON gives back (`coba_trl.allocation.history.prompt_id_from_json`).
@@ -70,7 +71,24 @@ class RoundLayout:
 
 
 class PromptCursor:
-    """What `IndexedRounds` and `StreamedRounds` share: drawing prompts from the cursor, and its checkpoint state."""
+    """What `IndexedRounds` and `StreamedRounds` share: drawing prompts from the cursor, and its checkpoint state.
+
+    `cursor` is (epoch, position): for a dataset the epoch and the position in its permutation, for a stream the pass
+    and the rows of it consumed; the next prompt `draw` takes is at it. `keep_columns` makes the drawn rows the rows
+    the dataloader loads (TRL's `remove_unused_columns`)."""
+
+    def __init__(self):
+        self.cursor = (0, 0)
+        self.columns: list[str] | None = None  # None: every column
+
+    @property
+    def epoch(self) -> int:
+        """The epoch (pass over a stream) of the next prompt `draw` takes."""
+        return self.cursor[0]
+
+    def keep_columns(self, columns: list[str] | None) -> None:
+        """Give drawn rows only these columns (those that exist), as the dataloader gives its rows; None: all."""
+        self.columns = None if columns is None else list(columns)
 
     def draw(self, count: int, skip: Callable[[object], bool] | None = None) -> tuple[list[dict], list, list]:
         """The next `count` prompts of the epoch's order that `skip` (a prompt id -> bool) does not skip: their
@@ -81,22 +99,23 @@ class PromptCursor:
             if skip is not None and skip(key):
                 skipped.append(key)
                 continue
-            rows.append(row)
+            rows.append(row if self.columns is None else {k: v for k, v in row.items() if k in self.columns})
             ids.append(key)
         return rows, ids, skipped
 
     def cursor_state(self) -> list[int]:
         return [int(value) for value in self.cursor]
 
-    def load_cursor_state(self, state) -> None:
+    def restore_cursor(self, state) -> None:
+        """Put the cursor where a checkpoint's `cursor_state` left it."""
         self.cursor = tuple(int(value) for value in state)
-        self._rows = None
 
 
 class IndexedRounds(PromptCursor):
     """Rounds of a map-style `datasets.Dataset`, in the order of `RoundSampler` (module docstring)."""
 
     def __init__(self, dataset, layout: RoundLayout):
+        super().__init__()
         self.dataset, self.layout = dataset, layout
         self.sampler: Sampler = RoundSampler(
             num_samples=len(dataset),
@@ -107,7 +126,6 @@ class IndexedRounds(PromptCursor):
             seed=layout.seed,
         )
         self._prompt_texts = None  # the prompt column, read once, to check rows against the sampler's schedule
-        self.rows = dataset  # the table `draw` reads rows from: the dataset as the dataloader loads it (`use_rows`)
 
     def prompt_ids(self, micro_step: int, rank: int, local_rows: list[dict], rows: list[dict]) -> list:
         """The ids of the round's prompts `rows` (gathered, padding dropped); `local_rows` are this process's."""
@@ -123,8 +141,6 @@ class IndexedRounds(PromptCursor):
         """The micro-step where the Trainer's fast-forward puts the dataloader after `global_step` optimizer steps."""
         return self.sampler.fast_forward_micro_step(global_step, gradient_accumulation_steps)
 
-    cursor = (0, 0)  # (epoch, position in its permutation) of the next prompt `draw` takes
-
     def _next_prompt(self) -> tuple[dict, object]:
         epoch, position = self.cursor
         order = self.sampler.permutation(epoch)
@@ -133,14 +149,11 @@ class IndexedRounds(PromptCursor):
             order = self.sampler.permutation(epoch)
         self.cursor = (epoch, position + 1)
         index = order[position]
-        row = self.rows[index]
+        row = self.dataset[index]
         key = (
             index if self.layout.id_column is None else as_prompt_id(row[self.layout.id_column], self.layout.id_column)
         )
         return row, key
-
-    def use_rows(self, rows) -> None:
-        self.rows = rows
 
 
 class StreamedRounds(PromptCursor):
@@ -149,13 +162,14 @@ class StreamedRounds(PromptCursor):
     sampler = None  # a stream is not ordered by a sampler
 
     def __init__(self, dataset, layout: RoundLayout):
+        super().__init__()
         self.layout = layout
         self.dataset = round_stream(
             dataset, layout.prompts_per_round, layout.num_processes, layout.repeat_count, layout.shuffle, layout.seed
         )
         # The cursor reads its own copy of the (shuffled) stream, never the dataloader's iterator.
         self._source = dataset.shuffle(seed=layout.seed) if layout.shuffle else dataset
-        self._rows = None
+        self._reader = None  # the cursor's iterator over the current pass, opened at the cursor when first needed
 
     def prompt_ids(self, micro_step: int, rank: int, local_rows: list[dict], rows: list[dict]) -> list:
         return [as_prompt_id(row[self.layout.id_column], self.layout.id_column) for row in rows]
@@ -164,25 +178,24 @@ class StreamedRounds(PromptCursor):
         # One endless epoch (`coba_trl.rounds.streaming`): the Trainer skips global_step * GA batches.
         return global_step * gradient_accumulation_steps
 
-    cursor = (0, 0)  # (pass over the stream, rows of it consumed) of the next prompt `draw` takes
+    def restore_cursor(self, state) -> None:
+        super().restore_cursor(state)
+        self._reader = None  # reopened at the restored cursor by the next draw
 
     def _next_prompt(self) -> tuple[dict, object]:
         passes, consumed = self.cursor
-        if self._rows is None:  # a fresh pass, or the position a resumed run continues from
+        if self._reader is None:  # a fresh pass, or the position a resumed run continues from
             if hasattr(self._source, "set_epoch"):
                 self._source.set_epoch(passes)
-            self._rows = itertools.islice(iter(self._source), consumed, None)
-        row = next(self._rows, None)
+            self._reader = itertools.islice(iter(self._source), consumed, None)
+        row = next(self._reader, None)
         if row is None:
             if consumed == 0:
                 raise ValueError("train_dataset streamed no rows: it cannot supply a round's prompts.")
-            self.cursor, self._rows = (passes + 1, 0), None
+            self.cursor, self._reader = (passes + 1, 0), None
             return self._next_prompt()
         self.cursor = (passes, consumed + 1)
         return dict(row), as_prompt_id(row[self.layout.id_column], self.layout.id_column)
-
-    def use_rows(self, rows) -> None:
-        """Streams are read from their own shuffled copy: nothing to set."""
 
 
 def round_source(dataset, layout: RoundLayout) -> IndexedRounds | StreamedRounds:

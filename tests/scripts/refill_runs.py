@@ -36,10 +36,13 @@ class SpendingRecorder:
 
     def __init__(self, trainer):
         self.seen, self.batches = [], []
+        self.generated = []  # per round: (uid, completion ids) of every row this process generated
         reward = trainer.reward_funcs[0]
 
         def record_reward(completions, uid, **kwargs):
             self.seen.append(list(uid))
+            if trainer.model.training:
+                self.generated[-1] += [[u, list(ids)] for u, ids in zip(uid, kwargs["completion_ids"], strict=True)]
             return reward(completions, uid, **kwargs)
 
         record_reward.__name__ = reward.__name__
@@ -47,13 +50,17 @@ class SpendingRecorder:
         generate = trainer._generate_and_score_completions
 
         def record_round(inputs):
+            if trainer.model.training:
+                self.generated.append([])
             output = generate(inputs)
             if trainer.model.training:
+                ids, mask = output["completion_ids"], output["completion_mask"].bool()
                 self.batches.append(
                     {
                         "advantages": output["advantages"].tolist(),
                         "trained_tokens": output["completion_mask"].sum(1).tolist(),
                         "num_items_in_batch": float(output["num_items_in_batch"]),
+                        "trained": [row[keep].tolist() for row, keep in zip(ids, mask, strict=True) if keep.any()],
                     }
                 )
             return output
@@ -72,9 +79,9 @@ def assert_refill_logged(trainer, recorder: SpendingRecorder, rows: int | None =
         assert log["coba/refill_bound_reached"] or all(a != 0 for a in batch["advantages"])
 
 
-def refill_trainer(output_dir, num_prompts: int = 12, train_dataset=None, **overrides):
+def refill_trainer(output_dir, num_prompts: int = 12, train_dataset=None, reward=settled_reward, **overrides):
     """A uniform-allocator refill run on `num_prompts` prompts (4 completions each, 2 prompts per round per process);
-    `train_dataset` replaces them (a stream, say)."""
+    `train_dataset` replaces them (a stream, say), `reward` the reward function."""
     from coba_trl import CoBAConfig, CoBAGRPOTrainer
 
     model, tokenizer = tiny_model()
@@ -90,7 +97,7 @@ def refill_trainer(output_dir, num_prompts: int = 12, train_dataset=None, **over
     )
     args = CoBAConfig(output_dir=str(output_dir), **{**config, **overrides})
     dataset = prompt_dataset(num_prompts) if train_dataset is None else train_dataset
-    return CoBAGRPOTrainer(model, settled_reward, args=args, train_dataset=dataset, processing_class=tokenizer)
+    return CoBAGRPOTrainer(model, reward, args=args, train_dataset=dataset, processing_class=tokenizer)
 
 
 MODES = {
@@ -111,6 +118,7 @@ def main(out_dir: str, mode: str, resume_from: str | None = None) -> None:
     rank = trainer.accelerator.process_index
     result = {
         "seen": recorder.seen,
+        "generated": recorder.generated,
         "batches": recorder.batches,
         "logs": [{k: v for k, v in h.items() if isinstance(v, (int, float))} for h in trainer.state.log_history],
         "rollouts_generated": trainer.rollouts_generated,

@@ -120,14 +120,14 @@ class RoundRecorder:
 
     def __init__(self, trainer):
         self.rounds = []
-        plan_round = trainer._plan_round
+        plan_round = trainer.round_runner.plan
 
         def record(*args, **kwargs):
             plan = plan_round(*args, **kwargs)
             self.rounds.append(([str(i) for i in plan.prompt_ids], [int(s) for s in plan.group_sizes]))
             return plan
 
-        trainer._plan_round = record
+        trainer.round_runner.plan = record
 
 
 # 2 processes x 3 completions x 2 steps per generation, G = 4: 12 completions for 3 distinct prompts per round, a layout

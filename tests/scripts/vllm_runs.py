@@ -27,7 +27,7 @@ class RoundWatch:
         return parity_reward(completions)
 
     def attach(self, trainer) -> None:
-        plan_round, generate = trainer._plan_round, trainer._generate_and_score_completions
+        plan_round, generate = trainer.round_runner.plan, trainer._generate_and_score_completions
 
         def plan(*args, **kwargs):
             plan = plan_round(*args, **kwargs)
@@ -40,7 +40,7 @@ class RoundWatch:
                 self.requests.append([])
             return generate(inputs)
 
-        trainer._plan_round, trainer._generate_and_score_completions = plan, generate_round
+        trainer.round_runner.plan, trainer._generate_and_score_completions = plan, generate_round
         client = getattr(trainer.vllm_generation, "vllm_client", None) if trainer.use_vllm else None
         if client is not None:
             send = client.generate
