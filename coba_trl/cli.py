@@ -90,12 +90,13 @@ def check_config_keys(parser: argparse.ArgumentParser, argv: list[str]) -> None:
 
 
 def check_flag_names(parser: argparse.ArgumentParser, argv: list[str]) -> None:
-    """Exit when a flag of `argv` is misspelled, naming it and the closest valid flags."""
+    """Exit when a flag of `argv` is misspelled or only a prefix of one (the scripts' parsers take no abbreviations:
+    `--max_generation` is not silently `--max_generations`), naming it and the closest valid flags."""
     known = {CONFIG_FLAG} | {option for action in parser._actions for option in action.option_strings}
     spelled = sorted(option for option in known if "-" not in option[2:])  # --max_steps, not also --max-steps
     for token in argv:
         flag = token.split("=", 1)[0]
-        if flag.startswith("--") and not any(option.startswith(flag) for option in known):  # argparse takes prefixes
+        if flag.startswith("--") and flag not in known:
             fail(f"unknown option {flag}{did_you_mean('--' + flag[2:].replace('-', '_'), spelled, '')}", parser.prog)
 
 

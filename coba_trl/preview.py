@@ -357,6 +357,7 @@ def main(argv: list[str] | None = None) -> Preview:
         (PreviewArguments, CoBAConfig),
         usage="python -m coba_trl.preview PASS_RATES [--recipe TRAINING.yaml] [--FIELD VALUE ...]",
         description=__doc__,
+        allow_abbrev=False,  # a prefix of a flag is refused (`check_command_line` names the fields meant)
     )
     parser.error = functools.partial(fail, prog=parser.prog)  # argparse's usage errors in one line too
     if any(token.split("=", 1)[0] == CONFIG_FLAG for token in argv):

@@ -368,6 +368,7 @@ def main(argv: list[str] | None = None):
         usage="python examples/evaluate.py --model_name_or_path MODEL [--benchmarks NAME ...] [--FIELD VALUE ...]",
         description=__doc__,
         formatter_class=HelpFormatter,
+        allow_abbrev=False,  # a prefix of a flag is refused, with the fields meant
     )
     argv = sys.argv[1:] if argv is None else argv
     check_command_line(parser, argv)  # unknown flags and config keys, a missing config file: one line each
@@ -377,7 +378,10 @@ def main(argv: list[str] | None = None):
         fail(str(error), parser.prog)
     args = fill_mode_defaults(args)
     if args.train_dataset is not None:
-        dataset = load_train_set(args)
+        try:  # a dataset that cannot be read or has no prompts: one line, before any model loads
+            dataset = load_train_set(args)
+        except (ValueError, FileNotFoundError) as error:
+            fail(f"--train_dataset {args.train_dataset}: {error}", parser.prog)
         generate, _ = build_generate(args)
         return score_train_set(args, dataset, generate)
     benchmarks = load_benchmarks(args)

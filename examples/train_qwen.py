@@ -164,13 +164,17 @@ def train(script_args: ScriptArguments, training_args: CoBAConfig, model_args: M
         "dtype": model_args.dtype,
         **(training_args.model_init_kwargs or {}),
     }
+    try:  # a dataset that cannot be read or has no prompts: one line, before any model loads
+        train_dataset = load_train_dataset(script_args, demo_args, training_args.seed)
+    except (ValueError, FileNotFoundError) as error:
+        fail(f"--dataset_name {script_args.dataset_name}: {error}")
     if not os.path.isdir(model_args.model_name_or_path):
         require_hub("model", model_args.model_name_or_path, LOCAL_MODEL)
     trainer = CoBAGRPOTrainer(
         model=model_args.model_name_or_path,
         reward_funcs=load_reward_funcs(script_args.reward_funcs),
         args=training_args,
-        train_dataset=load_train_dataset(script_args, demo_args, training_args.seed),
+        train_dataset=train_dataset,
         peft_config=get_peft_config(model_args),
         quantization_config=get_quantization_config(model_args),
     )
@@ -206,6 +210,7 @@ def make_parser() -> TrlParser:
         usage="python examples/train_qwen.py [--config FILE.yaml] [--FIELD VALUE ...]",
         description=f"{__doc__}\n{coba_options()}",
         formatter_class=HelpFormatter,
+        allow_abbrev=False,  # --max_generation is no --max_generations: a prefix is refused, with the fields meant
     )
 
 

@@ -81,11 +81,24 @@ def test_a_training_set_without_prompt_fails_before_any_model_loads(tmp_path):
     path = tmp_path / "questions.parquet"
     Dataset.from_dict({"question": ["1 + 1"], "answer": ["2"]}).to_parquet(path)
     missing_model = str(tmp_path / "no_model_here")  # were a model loaded first, this would fail instead
-    with pytest.raises(ValueError, match=r"no `prompt` column \(columns: \['question', 'answer'\]\). Accepted"):
-        load("evaluate").main(["--model_name_or_path", missing_model, "--train_dataset", str(path), "--k", "2"])
-    with pytest.raises(ValueError, match=r"no `prompt` column \(columns: \['question', 'answer'\]\). Accepted"):
-        argv = ["--model_name_or_path", missing_model, "--dataset_name", str(path), "--use_cpu", "true"]
-        load("train_qwen").main([*argv, "--bf16", "false", "--output_dir", str(tmp_path / "out")])
+    evaluate = run_script("evaluate.py", "--model_name_or_path", missing_model, "--train_dataset", str(path))
+    argv = ["--model_name_or_path", missing_model, "--dataset_name", str(path), "--use_cpu", "true", "--bf16", "false"]
+    train = run_script("train_qwen.py", *argv, "--output_dir", str(tmp_path / "out"))
+    for result, flag in ((evaluate, "--train_dataset"), (train, "--dataset_name")):  # one line, exit status 2
+        assert result.returncode == 2, result.stderr
+        line = one_line(result.stderr)
+        assert line.startswith(f"{result.args[1].rsplit('/', 1)[-1]}: error: {flag} {path}: ")
+        assert "no `prompt` column (columns: ['question', 'answer']). Accepted" in line
+
+
+@pytest.mark.parametrize("script", ["train_qwen.py", "evaluate.py"])
+def test_a_prefix_of_a_flag_is_refused_with_the_flags_meant(tmp_path, script):
+    flag = "--max_generation" if script == "train_qwen.py" else "--model_name"
+    result = run_script(script, flag, "64", "--output_dir", str(tmp_path))
+    assert result.returncode == 2
+    meant = "--max_generations" if script == "train_qwen.py" else "--model_name_or_path"
+    assert f"unknown option {flag}; did you mean" in one_line(result.stderr) and meant in one_line(result.stderr)
+    assert WARM_START not in result.stdout
 
 
 @dataclass

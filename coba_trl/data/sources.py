@@ -92,10 +92,15 @@ def load_table(path_or_id: str, config: str | None = None, split: str = "train")
     are ignored)."""
     if is_local(path_or_id):
         builder, files = _local_files(Path(path_or_id).expanduser())
+        shown = not datasets.utils.are_progress_bars_disabled()
+        datasets.disable_progress_bars()  # a local file loads in moments: no progress bar before what follows
         try:
             return datasets.load_dataset(builder, data_files=files, split="train")
         except Exception as error:
             raise ValueError(f"Cannot read {files} as {builder}: {_cause(error)}") from error
+        finally:
+            if shown:
+                datasets.enable_progress_bars()
     reason = require_hub("dataset", path_or_id, LOCAL_DATA)
     try:
         return datasets.load_dataset(path_or_id, config, split=split)
