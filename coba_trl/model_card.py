@@ -79,14 +79,22 @@ def coba_settings(args: CoBAConfig) -> dict[str, object]:
     return {name: getattr(args, name) for name in (*names, *LAYOUT_FIELDS)}
 
 
-def settings_section(args: CoBAConfig, steps: int, results: dict[str, str] | None = None) -> str:
+def settings_section(args: CoBAConfig, steps: int, results: dict[str, str] | None = None, spending=None) -> str:
+    """The card's CoBA section; `spending` (`coba_trl.rounds.spending.Spending`) adds what the run generated."""
     prompts = args.generation_batch_size // args.num_generations
     rows = "\n".join(f"| `{name}` | `{value}` |" for name, value in coba_settings(args).items())
+    spent = ""
+    if spending is not None and spending.rounds:
+        spent = (
+            f" In all it generated {spending.generated:,} completions in {spending.rounds:,} rounds and trained "
+            f"{spending.rows_trained:,} rows, {spending.rows_with_spread:,} of them from groups with a spread of "
+            "rewards."
+        )
     text = (
         f"## CoBA-RL settings\n\nTrained with `CoBAGRPOTrainer` (coba-trl {coba_trl.__version__}) for {steps} "
         f"optimizer steps. Each generation round split {args.generation_batch_size} rollouts over {prompts} distinct "
         f"prompts (mean group size {args.num_generations}, from {args.min_generations} to {args.max_generations} per "
-        f"prompt) with the `{args.budget_allocator}` allocator.\n\n| Setting | Value |\n|---|---|\n{rows}\n"
+        f"prompt) with the `{args.budget_allocator}` allocator.{spent}\n\n| Setting | Value |\n|---|---|\n{rows}\n"
     )
     if results:
         lines = "\n".join(f"| {name} | {value} |" for name, value in results.items())
@@ -186,7 +194,7 @@ def complete_model_card(
         text,
         count=1,
     )
-    section = settings_section(args, trainer.state.global_step, results)
+    section = settings_section(args, trainer.state.global_step, results, trainer.round_runner.spending)
     if BEGIN in text and END in text:
         text = text[: text.index(BEGIN)] + section + text[text.index(END) + len(END) + 1 :]
     else:

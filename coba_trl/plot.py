@@ -8,7 +8,9 @@ to it with matplotlib's Agg backend (no display needed):
   "Allocating one round");
 - ``capability.png``: alpha_t, beta_t of the Beta value density (CoBA only) and the failure rates F_t, F_bar_t
   (section 3);
-- ``reward_accuracy.png``: mean training reward and, when logged, held-out accuracy.
+- ``reward_accuracy.png``: mean training reward and, when logged, held-out accuracy;
+- ``spending.png``: completions generated against rows trained and rows from groups with a spread of rewards, per
+  round (what refill, skipping and a pilot spend beside what reaches the loss).
 Only metrics the run logged get a plot or a panel (a Knapsack run has no alpha/beta panel). The x axis is the
 optimizer step, with integer ticks. Series are told apart by colour, marker and line style together (so two that
 coincide, or a print in grey, still show which is which), and a series with only a few points, as in a run of three
@@ -199,6 +201,28 @@ def plot_reward_accuracy(log_history: list[dict], path: str) -> bool:
     return True
 
 
+def plot_spending(log_history: list[dict], path: str) -> bool:
+    """Per round: completions generated (every phase and refill) beside rows trained and rows with spread."""
+    steps, generated = series(log_history, "coba/rollouts_generated")
+    if not steps:
+        return False
+    figure, axis = plt.subplots(figsize=(7, 4))
+    for key, label, color, marker, line in (
+        ("coba/rollouts_generated", "completions generated (every phase and refill)", "tab:red", "o", "-"),
+        ("coba/rows_trained", "rows trained", "tab:blue", "s", "--"),
+        ("coba/rows_with_spread", "rows trained from groups with spread", "tab:green", "^", ":"),
+    ):
+        steps, values = series(log_history, key)
+        axis.plot(steps, values, marker=marker, linestyle=line, color=color, label=label)
+        _label_few_points(axis, steps, values, color)
+    axis.set_ylim(bottom=0)
+    axis.set(ylabel="completions per round", title="Completions generated and trained per round")
+    _step_axis(axis)
+    axis.legend(fontsize=8)
+    _save(figure, path)
+    return True
+
+
 def _save(figure, path: str) -> None:
     figure.tight_layout()
     figure.savefig(path, dpi=110)
@@ -209,6 +233,7 @@ PLOTS = {
     "budget_by_pass_rate.png": plot_budget_by_pass_rate,
     "capability.png": plot_capability,
     "reward_accuracy.png": plot_reward_accuracy,
+    "spending.png": plot_spending,
 }
 
 
@@ -224,7 +249,7 @@ def plot_run(output_dir: str) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description="Plot a CoBA-RL run's budget allocation, capability and reward.")
+    parser = argparse.ArgumentParser(description="Plot a CoBA-RL run's budget allocation, capability, reward and spending.")
     parser.add_argument("output_dir", help="Training output_dir (holds trainer_state.json or checkpoint-*/).")
     for path in plot_run(parser.parse_args(argv).output_dir):
         print(path)

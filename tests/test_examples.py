@@ -322,3 +322,32 @@ def test_lora_training_on_a_local_dapo_file_saves_an_adapter_and_a_model_card(tm
     assert (out / "adapter_config.json").is_file()
     card = (out / "README.md").read_text()
     assert "CoBA-RL" in card and "dapo_verl.jsonl" in card
+
+
+@pytest.mark.slow
+def test_a_refill_demo_reports_the_completions_it_generated_everywhere(tmp_path, capsys):
+    # The summary, the last lines and the model card count every completion generated (refill batches included),
+    # not rounds x generation_batch_size; the per-step line shows the refills and skips.
+    argv = [
+        *SHORT_DEMO,
+        "--zero_variance_groups",
+        "refill",
+        "--skip_settled_prompts",
+        "true",
+        "--max_refill_phases",
+        "2",
+    ]
+    load_script().main([*argv, "--output_dir", str(tmp_path)])
+    out = capsys.readouterr().out
+    history = json.loads((tmp_path / "trainer_state.json").read_text())["log_history"]
+    generated = int(sum(record.get("coba/rollouts_generated", 0) for record in history))
+    rows = int(sum(record.get("coba/rows_trained", 0) for record in history))
+    assert generated > 2 * 32  # more than the rounds' planned completions: refill generated more
+    summary = json.loads((tmp_path / "demo_summary.json").read_text())
+    assert summary["rollouts"] == generated
+    assert f"after 4 RL steps ({generated} completions generated) in" in out
+    assert f"[coba] {generated:,} completions generated in 2 rounds, {rows:,} rows trained" in out
+    assert f"In all it generated {generated:,} completions in 2 rounds" in (tmp_path / "README.md").read_text()
+    assert f"{generated} completions generated at temperature" in (tmp_path / "README.md").read_text()
+    assert "refills " in out and "skipped " in out
+    assert (tmp_path / "spending.png").stat().st_size > 0

@@ -21,6 +21,8 @@ def synthetic_history(with_coba: bool = True) -> list[dict]:
             )
             record.update({"coba/failure_rate_smoothed": 0.8 - step / 60})
             record["budget/mean_by_pass_rate/unseen" if step < 4 else "budget/mean_by_pass_rate/0.4-0.6"] = 12.0
+            record.update({"coba/rollouts_generated": 300.0, "coba/rows_trained": 256.0})
+            record["coba/rows_with_spread"] = 200.0 + step
         if step % 5 == 0:
             record["heldout_accuracy"] = 0.3 + step / 40
         history.append(record)
@@ -32,13 +34,14 @@ def write_state(directory, history):
     (directory / "trainer_state.json").write_text(json.dumps({"log_history": history}))
 
 
-def test_plot_run_writes_the_three_plots(tmp_path):
+def test_plot_run_writes_the_four_plots(tmp_path):
     write_state(tmp_path, synthetic_history())
     written = plot_run(str(tmp_path))
     assert sorted(p.rsplit("/", 1)[-1] for p in written) == [
         "budget_by_pass_rate.png",
         "capability.png",
         "reward_accuracy.png",
+        "spending.png",
     ]
     for path in written:
         with open(path, "rb") as handle:
@@ -66,7 +69,7 @@ def test_command_line(tmp_path):
     write_state(tmp_path, synthetic_history())
     result = subprocess.run([sys.executable, "-m", "coba_trl.plot", str(tmp_path)], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
-    assert result.stdout.count(".png") == 3
+    assert result.stdout.count(".png") == 4
 
 
 @pytest.fixture
@@ -83,7 +86,7 @@ def figures(monkeypatch):
 def test_every_axis_is_labelled_and_counts_whole_steps(tmp_path, figures):
     write_state(tmp_path, synthetic_history())
     plot_run(str(tmp_path))
-    assert len(figures) == 3
+    assert len(figures) == 4
     for figure in figures.values():
         for axis in figure.axes:
             assert axis.get_xlabel() and axis.get_ylabel()
@@ -138,3 +141,29 @@ def test_failure_rate_labels_are_plain_words(tmp_path, figures):
     labels = [line.get_label() for axis in figures["capability.png"].axes for line in axis.get_lines()]
     assert any(label.startswith("F_bar_t: averaged over the last coba_window rounds") for label in labels)
     assert not any("window values" in label for label in labels)
+
+
+def test_the_spending_plot_draws_generated_beside_trained_rows_per_round(tmp_path):
+    from coba_trl.plot import plot_spending
+
+    history = synthetic_history()
+    assert plot_spending(history, str(tmp_path / "spending.png"))
+    assert not plot_spending(synthetic_history(with_coba=False), str(tmp_path / "none.png"))
+    import matplotlib.pyplot as plt
+
+    captured = {}
+    save = plt.Figure.savefig
+
+    def keep_axes(figure, *args, **kwargs):
+        captured["lines"] = {line.get_label(): list(line.get_ydata()) for line in figure.axes[0].get_lines()}
+        return save(figure, *args, **kwargs)
+
+    plt.Figure.savefig = keep_axes
+    try:
+        plot_spending(history, str(tmp_path / "again.png"))
+    finally:
+        plt.Figure.savefig = save
+    lines = captured["lines"]
+    assert lines["completions generated (every phase and refill)"] == [300.0] * 10
+    assert lines["rows trained"] == [256.0] * 10
+    assert lines["rows trained from groups with spread"] == [200.0 + step for step in range(1, 11)]

@@ -5,6 +5,9 @@ that prints what a person follows, on the main process only:
 
     [rl] step 10/100  reward 0.512  held-out acc 0.480  F_t 0.49  budget min/mean/max 2/8.0/32
 
+and, in runs that refill or skip, what the round spent on that: `refills 2  skipped 3` (refill phases added, prompt
+visits skipped).
+
 Only the console changes: every metric still goes to ``trainer_state.json`` (the log history) and to every
 ``report_to`` backend, whose callbacks run before this one.
 """
@@ -31,6 +34,10 @@ def format_log_line(logs: dict, step: int, max_steps: int) -> str | None:
         )
     elif "loss" in logs:
         parts.append("(no new rollouts: another update on the latest round's)")
+    if "coba/refill_phases" in logs:
+        parts.append(f"refills {logs['coba/refill_phases']:.0f}")
+    if "coba/prompts_skipped" in logs:
+        parts.append(f"skipped {logs['coba/prompts_skipped']:.0f}")
     return "  ".join(parts) if len(parts) > 1 else None
 
 

@@ -113,7 +113,7 @@ def card_results(summary: dict, temperature: float) -> dict[str, str]:
         f"Held-out accuracy, greedy ({summary['heldout_problems']} problems)": (
             f"{summary['accuracy_before']:.3f} before RL -> {summary['accuracy_after']:.3f} after"
         ),
-        "RL": f"{summary['steps']} steps, {summary['rollouts']} rollouts at temperature {temperature}",
+        "RL": f"{summary['steps']} steps, {summary['rollouts']} completions generated at temperature {temperature}",
         "Warm start": f"{summary['warm_start_steps']} supervised steps on sums of 3 to 7 single digits",
     }
 
@@ -193,7 +193,7 @@ def run_demo(
         "accuracy_before_by_level": {k: v for k, v in before.items() if k.startswith("level_")},
         "accuracy_after_by_level": {k: v for k, v in after.items() if k.startswith("level_")},
         "steps": trainer.state.global_step,
-        "rollouts": generation_rounds(training_args, trainer.state.global_step) * training_args.generation_batch_size,
+        "rollouts": trainer.rollouts_generated,  # completions generated, every phase and refill included
         "budget_allocator": training_args.budget_allocator,
         "warm_start_steps": demo_args.demo_warm_start_steps,
         "train_prompts": len(train_problems),
@@ -208,7 +208,7 @@ def run_demo(
     plots = plot_run(output_dir)
     print(
         f"[demo] held-out accuracy {summary['accuracy_before']:.3f} -> {summary['accuracy_after']:.3f} after "
-        f"{summary['steps']} RL steps ({summary['rollouts']} rollouts) in {summary['wall_time_s']:.0f} s.\n"
+        f"{summary['steps']} RL steps ({summary['rollouts']} completions generated) in {summary['wall_time_s']:.0f} s.\n"
         f"[demo] wrote {SUMMARY_FILE}, trainer_state.json and {len(plots)} plots to {output_dir}",
         flush=True,
     )
