@@ -141,7 +141,10 @@ def load_reward_funcs(names: list[str]) -> list:
 
 def load_train_dataset(script_args: ScriptArguments, demo_args: DemoArguments, seed: int):
     if script_args.dataset_name == ARITHMETIC:
-        dataset = to_prompt_dataset(make_problems(demo_args.demo_num_train_prompts, seed=seed))
+        operands = tuple(demo_args.demo_operands)
+        dataset = to_prompt_dataset(
+            make_problems(demo_args.demo_num_train_prompts, seed=seed, operands_per_level=operands)
+        )
     else:
         dataset = load_dapo_math(
             script_args.dataset_name,

@@ -19,7 +19,7 @@ from coba_trl.checkpoint import COMPLETE_FILE
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPES = sorted(glob.glob(str(ROOT / "recipes" / "*.yaml")))
-GPU_RECIPES = [r for r in RECIPES if not r.endswith("cpu_demo.yaml")]
+GPU_RECIPES = [r for r in RECIPES if not Path(r).stem.startswith("cpu_demo")]
 PAPER_PROCESSES = 8
 
 
@@ -75,6 +75,21 @@ def test_no_arguments_means_the_cpu_demo_recipe():
         as_dict = getattr(default, "to_dict", None)
         assert (as_dict() if as_dict else vars(default)) == (recipe.to_dict() if as_dict else vars(recipe))
     assert embedded[2].model_name_or_path is None and embedded[0].dataset_name == "arithmetic"
+
+
+@pytest.mark.parametrize("regime", ["demo", "hard"])
+def test_each_regimes_recipe_is_the_demo_with_the_regimes_declared_values(regime):
+    from coba_trl.demo.config import REGIME_RECIPES, regime_arguments
+
+    script = load_script()
+    training, demo = regime_arguments(regime)
+    overrides = [f"--{name}={value}" for name, value in training.items() if not isinstance(value, list)]
+    operands = ["--demo_operands", *map(str, demo.demo_operands)]
+    declared = script.parse([*overrides, *operands, "--demo_num_train_prompts", str(demo.demo_num_train_prompts)])
+    from_recipe = script.parse(["--config", str(ROOT / "recipes" / REGIME_RECIPES[regime])])
+    for ours, theirs in zip(declared, from_recipe, strict=True):
+        as_dict = getattr(ours, "to_dict", None)
+        assert (as_dict() if as_dict else vars(ours)) == (theirs.to_dict() if as_dict else vars(theirs))
 
 
 def test_flags_without_a_model_adjust_the_cpu_demo():

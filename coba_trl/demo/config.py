@@ -8,6 +8,7 @@ far above the paper's 1e-6, because the model is tiny, and a short warm start th
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 
@@ -42,6 +43,31 @@ DEMO_TRAINING_ARGS: dict = {
     "seed": 0,
 }
 
+# Regimes of the CPU task: each one's values beside the demo's (`DemoArguments` and `DEMO_TRAINING_ARGS` fields),
+# the same as its recipe's (`recipes/<recipe>.yaml`; a test keeps them equal). `hard`: the regime most groups teach
+# nothing in, as in math RL at scale (docs/benchmarks.md, "The hard regime"): sums of 2 digits (soon all solved)
+# beside sums of 20 to 32 (mostly all failed), 128 prompts revisited every 4 rounds, and its own output folder.
+REGIMES: dict[str, dict] = {
+    "demo": {},
+    "hard": {
+        "demo_operands": [2, 20, 24, 28, 32],
+        "demo_num_train_prompts": 128,
+        "output_dir": "outputs/cpu_demo_hard",
+    },
+}
+REGIME_RECIPES = {"demo": "cpu_demo.yaml", "hard": "cpu_demo_hard.yaml"}
+
+
+def regime_arguments(name: str) -> tuple[dict, DemoArguments]:
+    """The training arguments (`DEMO_TRAINING_ARGS` with the regime's values) and `DemoArguments` of a regime."""
+    if name not in REGIMES:
+        raise ValueError(f"regime {name!r} is not one of {list(REGIMES)}.")
+    demo_fields = {f.name for f in dataclasses.fields(DemoArguments)}
+    values = REGIMES[name]
+    training = {**DEMO_TRAINING_ARGS, **{k: v for k, v in values.items() if k not in demo_fields}}
+    return training, DemoArguments(**{k: v for k, v in values.items() if k in demo_fields})
+
+
 # TRL's `ModelConfig` values the demo changes: with `--use_peft`, no LoRA dropout by default. Dropout makes the trainer's
 # log-probs of a completion differ from those it was sampled with (vLLM, or generation in eval mode), so TRL's
 # importance-sampling ratio would wander far from 1 on this tiny model; `--lora_dropout` sets it.
@@ -61,6 +87,9 @@ class DemoArguments:
         demo_num_heads (`int`, *optional*, defaults to `2`):
             Attention heads of the tiny model (head size `demo_hidden_size / demo_num_heads`; vLLM's CPU attention
             needs 32 or more).
+        demo_operands (`list[int]`, *optional*, defaults to `[3, 4, 5, 6, 7]`):
+            Difficulty levels of the arithmetic task: level i sums this many single digits. The prompts of the RL
+            training set, the held-out problems and the warm start cycle through the levels evenly.
         demo_num_train_prompts (`int`, *optional*, defaults to `512`):
             Distinct prompts of the RL training set (revisited every epoch, so pass-rate history builds up).
         demo_num_heldout (`int`, *optional*, defaults to `300`):
@@ -81,6 +110,10 @@ class DemoArguments:
         default=2,
         metadata={"help": "Attention heads of the tiny Qwen2 model (vLLM's CPU attention needs a head size of 32+)."},
     )
+    demo_operands: list[int] = field(
+        default_factory=lambda: [3, 4, 5, 6, 7],
+        metadata={"help": "Digits summed at each difficulty level of the arithmetic task (levels cycle evenly)."},
+    )
     demo_num_train_prompts: int = field(
         default=512, metadata={"help": "Distinct prompts in the arithmetic RL training set."}
     )
@@ -96,6 +129,11 @@ class DemoArguments:
     )
 
     def __post_init__(self):
+        if not self.demo_operands or any(not isinstance(n, int) or n < 2 for n in self.demo_operands):
+            raise ValueError(
+                f"demo_operands ({self.demo_operands}) must list at least one level, each a number of digits to sum "
+                "of 2 or more, e.g. --demo_operands 3 4 5 6 7 (the default)."
+            )
         if not (math.isfinite(self.demo_warm_start_learning_rate) and self.demo_warm_start_learning_rate > 0):
             raise ValueError(
                 f"demo_warm_start_learning_rate ({self.demo_warm_start_learning_rate}) must be a positive, finite "

@@ -107,6 +107,13 @@ def _silent(*args, **kwargs) -> None:
     """`print` on the processes other than the main one."""
 
 
+def operand_range(operands: list[int]) -> str:
+    """`3 to 7` for consecutive levels, else the levels listed."""
+    if list(operands) == list(range(min(operands), max(operands) + 1)) and len(operands) > 1:
+        return f"{min(operands)} to {max(operands)}"
+    return ", ".join(map(str, operands))
+
+
 def card_results(summary: dict, temperature: float) -> dict[str, str]:
     """The demo's results for the model card."""
     return {
@@ -114,7 +121,8 @@ def card_results(summary: dict, temperature: float) -> dict[str, str]:
             f"{summary['accuracy_before']:.3f} before RL -> {summary['accuracy_after']:.3f} after"
         ),
         "RL": f"{summary['steps']} steps, {summary['rollouts']} completions generated at temperature {temperature}",
-        "Warm start": f"{summary['warm_start_steps']} supervised steps on sums of 3 to 7 single digits",
+        "Warm start": f"{summary['warm_start_steps']} supervised steps on sums of {operand_range(summary['operands'])} "
+        "single digits",
     }
 
 
@@ -135,7 +143,11 @@ def run_demo(
     torch.manual_seed(training_args.seed)
     model, tokenizer = build_demo_model(demo_args, training_args.seed)
     train_problems, heldout, sft_problems = demo_problem_sets(
-        demo_args.demo_num_train_prompts, demo_args.demo_num_heldout, WARM_START_PROBLEMS, seed=training_args.seed
+        demo_args.demo_num_train_prompts,
+        demo_args.demo_num_heldout,
+        WARM_START_PROBLEMS,
+        seed=training_args.seed,
+        operands_per_level=tuple(demo_args.demo_operands),
     )
     max_new_tokens = training_args.max_completion_length
     checkpoint = training_args.resume_from_checkpoint
@@ -195,6 +207,7 @@ def run_demo(
         "steps": trainer.state.global_step,
         "rollouts": trainer.rollouts_generated,  # completions generated, every phase and refill included
         "budget_allocator": training_args.budget_allocator,
+        "operands": list(demo_args.demo_operands),
         "warm_start_steps": demo_args.demo_warm_start_steps,
         "train_prompts": len(train_problems),
         "heldout_problems": len(heldout),

@@ -29,22 +29,29 @@ class Problem:
         return f"Answer: {self.answer}"
 
 
-def make_problem(rng: random.Random, level: int) -> Problem:
-    """One problem of difficulty ``level`` (an index into ``DIFFICULTY_LEVELS``): a sum of single digits."""
-    operands = [rng.randint(0, 9) for _ in range(DIFFICULTY_LEVELS[level])]
+def make_problem(rng: random.Random, level: int, operands_per_level: tuple[int, ...] = DIFFICULTY_LEVELS) -> Problem:
+    """One problem of difficulty ``level`` (an index into ``operands_per_level``): a sum of single digits."""
+    operands = [rng.randint(0, 9) for _ in range(operands_per_level[level])]
     return Problem(question="+".join(map(str, operands)) + "=", answer=sum(operands), level=level)
 
 
-def make_problems(num_problems: int, seed: int, exclude: set[str] | None = None, unique: bool = True) -> list[Problem]:
-    """``num_problems`` problems, levels cycling evenly, none of whose questions is in ``exclude``.
+def make_problems(
+    num_problems: int,
+    seed: int,
+    exclude: set[str] | None = None,
+    unique: bool = True,
+    operands_per_level: tuple[int, ...] = DIFFICULTY_LEVELS,
+) -> list[Problem]:
+    """``num_problems`` problems, levels cycling evenly, none of whose questions is in ``exclude``; level i sums
+    ``operands_per_level[i]`` digits.
 
-    With ``unique`` no question repeats (the easiest level has 1,000 distinct questions).
+    With ``unique`` no question repeats (a level of 3 operands has 1,000 distinct questions).
     """
     rng = random.Random(seed)
     seen = set(exclude or ())
     problems: list[Problem] = []
     while len(problems) < num_problems:
-        problem = make_problem(rng, len(problems) % len(DIFFICULTY_LEVELS))
+        problem = make_problem(rng, len(problems) % len(operands_per_level), operands_per_level)
         if problem.question not in seen:
             if unique:
                 seen.add(problem.question)
@@ -53,18 +60,26 @@ def make_problems(num_problems: int, seed: int, exclude: set[str] | None = None,
 
 
 def demo_problem_sets(
-    num_train: int, num_heldout: int, num_warm_start: int, seed: int
+    num_train: int,
+    num_heldout: int,
+    num_warm_start: int,
+    seed: int,
+    operands_per_level: tuple[int, ...] = DIFFICULTY_LEVELS,
 ) -> tuple[list[Problem], list[Problem], list[Problem]]:
     """Distinct RL training prompts, distinct held-out problems and a warm-start stream (repeats allowed).
 
-    All three share the level mix; neither training set contains a held-out question.
+    All three share the level mix (level i sums ``operands_per_level[i]`` digits); neither training set contains a
+    held-out question.
     """
-    if num_heldout > 500 * len(DIFFICULTY_LEVELS):
-        raise ValueError(f"num_heldout ({num_heldout}) must be at most {500 * len(DIFFICULTY_LEVELS)}.")
-    heldout = make_problems(num_heldout, seed=seed + 1)
+    operands = tuple(operands_per_level)
+    if num_heldout > 500 * len(operands):
+        raise ValueError(f"num_heldout ({num_heldout}) must be at most {500 * len(operands)}.")
+    heldout = make_problems(num_heldout, seed=seed + 1, operands_per_level=operands)
     excluded = {p.question for p in heldout}
-    train = make_problems(num_train, seed=seed, exclude=excluded)
-    warm_start = make_problems(num_warm_start, seed=seed + 2, exclude=excluded, unique=False)
+    train = make_problems(num_train, seed=seed, exclude=excluded, operands_per_level=operands)
+    warm_start = make_problems(
+        num_warm_start, seed=seed + 2, exclude=excluded, unique=False, operands_per_level=operands
+    )
     return train, heldout, warm_start
 
 

@@ -69,18 +69,23 @@ def warm_start(
     return losses
 
 
-def warm_started_demo(seed: int = 0):
+def warm_started_demo(seed: int = 0, demo=None):
     """The demo's tiny model after its warm start for `seed`, its tokenizer, and the demo's training and held-out
     problems, as the demo builds them (without its logging): for benchmarks that start where the demo's RL starts.
-    Returns (model, tokenizer, train problems, held-out problems)."""
+    `demo` (`DemoArguments`, default the demo's) sets the task's levels, sizes and warm start, as a regime's recipe
+    does. Returns (model, tokenizer, train problems, held-out problems)."""
     from coba_trl.demo.config import WARM_START_PROBLEMS, DemoArguments
     from coba_trl.demo.model import build_demo_model
     from coba_trl.demo.task import demo_problem_sets
 
-    demo = DemoArguments()
+    demo = DemoArguments() if demo is None else demo
     model, tokenizer = build_demo_model(demo, seed)
     train, heldout, sft = demo_problem_sets(
-        demo.demo_num_train_prompts, demo.demo_num_heldout, WARM_START_PROBLEMS, seed
+        demo.demo_num_train_prompts,
+        demo.demo_num_heldout,
+        WARM_START_PROBLEMS,
+        seed,
+        operands_per_level=tuple(demo.demo_operands),
     )
     warm_start(
         model,
