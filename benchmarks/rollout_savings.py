@@ -1,27 +1,31 @@
-"""Rollouts generated per trained row with spread: GRPO, DAPO's refill, prompt skipping and CoBA's pilot, side by side.
+"""Rollouts generated per trained row with spread: GRPO, DAPO's refill, prompt skipping, CoBA and Knapsack-RL with and
+without them, side by side, in a regime of the CPU task.
 
-    python benchmarks/rollout_savings.py                         # the six arms, the demo's 100 steps each
+    python benchmarks/rollout_savings.py --regime hard           # every arm, the hard regime's 100 steps each
+    python benchmarks/rollout_savings.py --regime demo --json outputs/savings_demo.json
     python benchmarks/rollout_savings.py --max-steps 20 --arms grpo dapo greso
-    python benchmarks/rollout_savings.py --arms grpo dapo greso greso_eager   # skipping tuned towards 1% flat groups
     python benchmarks/rollout_savings.py --stop-at-generated-rollouts 6400   # every arm stops at 6,400 generated
     python benchmarks/rollout_savings.py --list-arms             # the arms and their settings; trains nothing
     python benchmarks/rollout_savings.py --dry-run               # builds and checks every arm's CoBAConfig only
 
-Each arm trains the CPU demo's warm-started model (`coba_trl.demo`: its tiny Qwen2, its warm start of 300
-supervised steps, its 512 prompts and DEMO_TRAINING_ARGS: 32 prompts x 8 = 256 rows a round, 2 optimizer steps a
-round) with the settings of study 5's arm of the same name (`benchmarks/studies/rollout_savings.py`). The warm start
-runs once; every arm starts from a copy of it, with the same seed. Prints the machine, then per arm: optimizer steps,
-completions generated (every phase, every process: the trainer's `rollouts_generated`), rows trained and rows from
-groups with a spread of rewards (the sums of `coba/rows_trained` and `coba/rows_with_spread` over the log, one
-record per round), completions generated per trained row with spread, the training wall time per such row, and
-both against the `dapo` arm measured in the same process (ratio below 1: fewer completions, or less time, per row
-that teaches). The arms run one after another on a shared machine: the load average is printed before and after.
+Each arm trains the regime's warm-started model (`--regime`: `demo`, the CPU demo, or `hard`,
+`recipes/cpu_demo_hard.yaml`; both declared in `coba_trl.demo.config.REGIMES`: the tiny Qwen2, its warm start of 300
+supervised steps, the regime's prompts and DEMO_TRAINING_ARGS: 32 prompts x 8 = 256 rows a round, 2 optimizer steps
+a round) with its arm's settings (study 5's arms, `benchmarks/studies/rollout_savings.py`, and the others below).
+The warm start runs once; every arm starts from a copy of it, with the same seed. Prints the machine, then per arm:
+optimizer steps, completions generated (every phase, every process: the trainer's `rollouts_generated`), rows
+trained and rows from groups with a spread of rewards (the sums of `coba/rows_trained` and `coba/rows_with_spread`
+over the log, one record per round), completions generated per trained row with spread, the training wall time per
+such row, and both against the `dapo` arm measured in the same process (ratio below 1: fewer completions, or less
+time, per row that teaches). Then the limit (`limit_lines`): with `grpo` among the arms, epoch by epoch on the pass
+rates `grpo` observed. `--json FILE` writes the arms' counts and the limit as a list of objects. The arms run one
+after another on a shared machine: the load average is printed before and after.
 
 Two processes (gloo on the CPU; each process warm-starts the same model from the same seed, as the demo does):
 
     accelerate launch --multi_gpu --num_processes 2 --num_machines 1 --mixed_precision no --dynamo_backend no \\
-        benchmarks/rollout_savings.py
-    torchrun --nproc_per_node 2 benchmarks/rollout_savings.py
+        benchmarks/rollout_savings.py --regime hard
+    torchrun --nproc_per_node 2 benchmarks/rollout_savings.py --regime hard
 
 Generation in a colocated vLLM engine (vLLM's CPU build; each arm's engine loads the warm-started model from
 `<output-dir>/<arm>/warm_start_model`, as the demo's does): add `--use-vllm`, with one process or with either launcher.
@@ -46,22 +50,50 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from studies.rollout_savings import ARMS as STUDY_ARMS  # noqa: E402
 
-# Beside the study's six, on request (`--arms`): GRESO's skipping tuned towards 1% zero-spread groups. GRESO's
-# default target (25%) lies above the demo's zero-spread share (about 9% of GRPO's groups), so there its tuning
-# makes skipping rarer, not more frequent.
-EXTRA_ARMS: dict[str, dict] = {"greso_eager": {**STUDY_ARMS["greso"], "skip_target_zero_spread": 0.01}}
+# Beside the study's six: the allocators alone and with refill and skipping, and GRESO's skipping tuned towards 1% of
+# groups without spread (GRESO's default target, 25%, lies above the demo's zero-spread share, about 9% of GRPO's
+# groups, so there its tuning makes skipping rarer, not more frequent).
+EXTRA_ARMS: dict[str, dict] = {
+    "greso_eager": {**STUDY_ARMS["greso"], "skip_target_zero_spread": 0.01},
+    "knapsack": {"budget_allocator": "knapsack"},
+    "knapsack_refill": {"budget_allocator": "knapsack", "zero_variance_groups": "refill"},
+    "coba": {"budget_allocator": "coba"},
+    "coba_refill": {"budget_allocator": "coba", "zero_variance_groups": "refill"},
+    "coba_skip": {"budget_allocator": "coba", "zero_variance_groups": "refill", "skip_settled_prompts": True},
+    # Skipping by the chance of a group with spread (a Beta posterior over each prompt's pass rate), and a pilot of
+    # min_generations completions before the rest of each batch's budget is allocated (two phases).
+    "dapo_spread": {
+        "budget_allocator": "uniform",
+        "zero_variance_groups": "refill",
+        "skip_settled_prompts": True,
+        "skip_rule": "spread_chance",
+    },
+    "knapsack_pilot": {"budget_allocator": "knapsack", "two_phase_rounds": True, "zero_variance_groups": "refill"},
+    "knapsack_pilot_spread": {
+        "budget_allocator": "knapsack",
+        "two_phase_rounds": True,
+        "zero_variance_groups": "refill",
+        "skip_settled_prompts": True,
+        "skip_rule": "spread_chance",
+    },
+    "coba_pilot_spread": {
+        **STUDY_ARMS["coba_pilot"],
+        "skip_rule": "spread_chance",
+    },
+}
 ARMS = {**STUDY_ARMS, **EXTRA_ARMS}
 
 REFERENCE = "dapo"  # the arm every ratio is taken against
 NEEDED = ("zero_variance_groups='refill'", "skip_settled_prompts", "rollouts_generated")
 
 
-def arm_config(arm: str, output_dir: str, max_steps: int | None, seed: int, use_vllm: bool):
-    """The arm's `CoBAConfig`: the demo's training arguments, then the study arm's settings."""
+def arm_config(arm: str, output_dir: str, max_steps: int | None, seed: int, use_vllm: bool, regime: str = "demo"):
+    """The arm's `CoBAConfig`: the regime's training arguments, then the arm's settings."""
     from coba_trl import CoBAConfig
-    from coba_trl.demo.config import DEMO_TRAINING_ARGS
+    from coba_trl.demo.config import regime_arguments
 
-    settings = {**DEMO_TRAINING_ARGS, "output_dir": os.path.join(output_dir, arm), "seed": seed}
+    training, _ = regime_arguments(regime)
+    settings = {**training, "output_dir": os.path.join(output_dir, arm), "seed": seed}
     settings.update(disable_tqdm=True, logging_steps=1)  # one log record per step: one round record per round
     if max_steps is not None:
         settings["max_steps"] = max_steps
@@ -70,7 +102,9 @@ def arm_config(arm: str, output_dir: str, max_steps: int | None, seed: int, use_
     return CoBAConfig(**{**settings, **ARMS[arm]})
 
 
-def check_arms(arms: list[str], output_dir: str, max_steps: int | None, seed: int, use_vllm: bool) -> dict[str, str]:
+def check_arms(
+    arms: list[str], output_dir: str, max_steps: int | None, seed: int, use_vllm: bool, regime: str = "demo"
+) -> dict[str, str]:
     """Each arm's configuration problem, if any (an empty dict: every arm can train here)."""
     import dataclasses
 
@@ -82,30 +116,32 @@ def check_arms(arms: list[str], output_dir: str, max_steps: int | None, seed: in
     problems = {}
     for arm in arms:
         try:
-            arm_config(arm, output_dir, max_steps, seed, use_vllm)
+            arm_config(arm, output_dir, max_steps, seed, use_vllm, regime)
         except (TypeError, ValueError) as error:
             problems[arm] = str(error).splitlines()[0]
     return problems
 
 
-def warm_started(seed: int, output_dir: str | None = None):
-    """The demo's model after its warm start (`coba_trl.demo.warm_start.warm_started_demo`), its tokenizer and training
-    prompts. With `output_dir`, the warm-started weights are saved there once and loaded by later runs of the seed."""
+def warm_started(seed: int, output_dir: str | None = None, regime: str = "demo"):
+    """The regime's model after its warm start (`coba_trl.demo.warm_start.warm_started_demo`), its tokenizer and
+    training prompts. With `output_dir`, the warm-started weights are saved there once and loaded by later runs."""
     import torch
 
-    from coba_trl.demo.config import WARM_START_PROBLEMS, DemoArguments
+    from coba_trl.demo.config import WARM_START_PROBLEMS, regime_arguments
     from coba_trl.demo.model import build_demo_model
     from coba_trl.demo.task import demo_problem_sets
     from coba_trl.demo.warm_start import warm_started_demo
 
-    saved = None if output_dir is None else os.path.join(output_dir, f"warm_start_seed{seed}.pt")
+    _, demo = regime_arguments(regime)
+    name = f"warm_start_seed{seed}.pt" if regime == "demo" else f"warm_start_{regime}_seed{seed}.pt"
+    saved = None if output_dir is None else os.path.join(output_dir, name)
     if saved is not None and os.path.exists(saved):
-        demo = DemoArguments()
         model, tokenizer = build_demo_model(demo, seed)
         model.load_state_dict(torch.load(saved, weights_only=True))
-        train = demo_problem_sets(demo.demo_num_train_prompts, demo.demo_num_heldout, WARM_START_PROBLEMS, seed)[0]
+        sizes = (demo.demo_num_train_prompts, demo.demo_num_heldout, WARM_START_PROBLEMS)
+        train = demo_problem_sets(*sizes, seed, operands_per_level=tuple(demo.demo_operands))[0]
         return model, tokenizer, train
-    model, tokenizer, train, _ = warm_started_demo(seed)
+    model, tokenizer, train, _ = warm_started_demo(seed, demo)
     if saved is not None and int(os.environ.get("RANK", "0")) == 0:
         os.makedirs(output_dir, exist_ok=True)
         torch.save(model.state_dict(), saved)
@@ -125,14 +161,14 @@ def train_arm(arm: str, options, warm_state: dict, tokenizer, train) -> dict:
     from transformers.trainer_callback import PrinterCallback
 
     from coba_trl import CoBAGRPOTrainer
-    from coba_trl.demo.config import DemoArguments
+    from coba_trl.demo.config import regime_arguments
     from coba_trl.demo.model import build_demo_model
     from coba_trl.demo.run import engine_model_dir
     from coba_trl.demo.task import to_prompt_dataset
     from coba_trl.rewards import dapo_accuracy_reward
 
-    args = arm_config(arm, options.output_dir, options.max_steps, options.seed, options.use_vllm)
-    model, _ = build_demo_model(DemoArguments(), options.seed)
+    args = arm_config(arm, options.output_dir, options.max_steps, options.seed, options.use_vllm, options.regime)
+    model, _ = build_demo_model(regime_arguments(options.regime)[1], options.seed)
     model.load_state_dict(warm_state)
     if options.use_vllm:
         engine_model_dir(model, tokenizer, args)
@@ -223,13 +259,15 @@ def history_rule(visits: list[tuple[object, int, int]], prompts_per_epoch: int) 
     return totals
 
 
-def limit_lines(grpo_dir: str, group_size: int, prompts_per_epoch: int) -> list[str]:
+def limit_rows(grpo_dir: str, group_size: int, prompts_per_epoch: int) -> list[dict]:
     """The limit beside the arms, in the preview's independence model (`coba_trl.preview`), on the pass rates the
-    `grpo` arm observed, epoch by epoch (each prompt's success rate in its group of that epoch) and over all of them:
-    an oracle generating only the prompt likeliest to have spread (1 / max q_i), DAPO's refill in expectation
-    (sum n / sum n q_i), and a refill that skips exactly the prompts at pass rate 0 or 1; then, on `grpo`'s observed
-    groups rather than the model, a refill that skips nothing and one that skips a prompt for good once its group was
-    flat (`history_rule`; every visit its own prompt for the first)."""
+    `grpo` arm observed, epoch by epoch (each prompt's success rate in its group of that epoch) and over all of them
+    (`label` "all"): `limit`, an oracle that knows every prompt's pass rate p_i and generates only the prompt likeliest
+    to have spread, 1 / max_i q_i with q_i = 1 - p_i^n - (1 - p_i)^n the chance that a group of n has spread (no arm
+    can spend fewer completions per row with spread); DAPO's refill in expectation (sum n / sum n q_i); a refill
+    that skips exactly the prompts at pass rate 0 or 1; then, on `grpo`'s observed groups rather than the model, a
+    refill that skips nothing and one that skips a prompt for good once its group was flat (`history_rule`; every
+    visit its own prompt for the first)."""
     import numpy as np
 
     from coba_trl.preview import generated_per_spread_row, oracle_per_spread_row
@@ -241,11 +279,6 @@ def limit_lines(grpo_dir: str, group_size: int, prompts_per_epoch: int) -> list[
     rates = np.array([wins / tries if tries else np.nan for _, wins, tries in visits], dtype=float)
     history = history_rule(visits, prompts_per_epoch)
     every = history_rule([(index, wins, tries) for index, (_, wins, tries) in enumerate(visits)], prompts_per_epoch)
-    lines = [
-        "| `grpo`'s epoch | prompts | limit (oracle) | refill, expected | refill skipping exactly p = 0 or 1 | refill, "
-        "observed | refill skipping for good a prompt once its group was flat, observed |"
-    ]
-    lines.append("|---|---|---|---|---|---|---|")
     epochs = [
         (str(e + 1), rates[start : start + prompts_per_epoch])
         for e, start in enumerate(range(0, len(rates), prompts_per_epoch))
@@ -255,15 +288,73 @@ def limit_lines(grpo_dir: str, group_size: int, prompts_per_epoch: int) -> list[
         totals = [*totals, (sum(g for g, _ in totals), sum(w for _, w in totals))]  # and over all epochs
         return [generated / with_spread if with_spread else np.nan for generated, with_spread in totals]
 
+    rows = []
     observed = zip(ratios(every), ratios(history), strict=True)
-    for (label, p), replayed in zip([*epochs, ("all", rates)], observed, strict=True):
+    for (label, p), (replayed, history_replayed) in zip([*epochs, ("all", rates)], observed, strict=True):
         p = p[~np.isnan(p)]
         n = np.full(len(p), group_size)
         unsettled = ((p > 0) & (p < 1)).astype(float)
-        figures = (oracle_per_spread_row(p, group_size), generated_per_spread_row(p, n))
-        figures += (generated_per_spread_row(p, n, unsettled), *replayed)
-        lines.append(f"| {label} | {len(p)} | " + " | ".join(f"{value:.3f}" for value in figures) + " |")
+        rows.append(
+            {
+                "label": label,
+                "prompts": len(p),
+                "limit": oracle_per_spread_row(p, group_size),
+                "refill_expected": generated_per_spread_row(p, n),
+                "refill_skipping_settled": generated_per_spread_row(p, n, unsettled),
+                "refill_observed": replayed,
+                "history_rule_observed": history_replayed,
+            }
+        )
+    return rows
+
+
+def limit_lines(rows: list[dict]) -> list[str]:
+    """`limit_rows` as the printed table."""
+    lines = [
+        "| `grpo`'s epoch | prompts | limit (oracle) | refill, expected | refill skipping exactly p = 0 or 1 | refill, "
+        "observed | refill skipping for good a prompt once its group was flat, observed |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    keys = ("limit", "refill_expected", "refill_skipping_settled", "refill_observed", "history_rule_observed")
+    for row in rows:
+        figures = " | ".join(f"{row[key]:.3f}" for key in keys)
+        lines.append(f"| {row['label']} | {row['prompts']} | {figures} |")
     return lines
+
+
+def json_records(results: list[dict], limit: float | None) -> list[dict]:
+    """What `--json` writes: one object per arm with its counts and generated per trained row with spread, and one
+    whose `arm` is "limit" (`limit_rows`' oracle over every epoch; None without a `grpo` arm to read it from)."""
+    records = [
+        {
+            "arm": result["arm"],
+            "generated": result["generated"],
+            "rows_trained": result["rows_trained"],
+            "rows_with_spread": result["rows_with_spread"],
+            "generated_per_row_with_spread": per_row(result)[0],
+        }
+        for result in results
+    ]
+    none = dict.fromkeys(("generated", "rows_trained", "rows_with_spread"))
+    return [*records, {"arm": "limit", **none, "generated_per_row_with_spread": limit}]
+
+
+def report(results: list[dict], options, prompts_per_epoch: int) -> None:
+    """Print the arms' table and, with `grpo` among them, the limit; write `--json`."""
+    from coba_trl.demo.config import regime_arguments
+
+    print("\n".join(table(results)))
+    limit = None
+    if any(result["arm"] == "grpo" for result in results):
+        group_size = regime_arguments(options.regime)[0]["num_generations"]
+        rows = limit_rows(os.path.join(options.output_dir, "grpo"), group_size, prompts_per_epoch)
+        print("\n".join(limit_lines(rows)))
+        limit = rows[-1]["limit"]
+    if options.json:
+        os.makedirs(os.path.dirname(os.path.abspath(options.json)), exist_ok=True)
+        with open(options.json, "w") as f:
+            json.dump(json_records(results, limit), f, indent=1)
+        print(f"wrote {options.json}")
 
 
 def arms_in_subprocesses(options, argv: list[str]) -> int:
@@ -271,31 +362,29 @@ def arms_in_subprocesses(options, argv: list[str]) -> int:
     one colocated engine), from the same saved warm start; the table is printed from their results."""
     import subprocess
 
+    from coba_trl.demo.config import regime_arguments
+
     results = []
     os.makedirs(options.output_dir, exist_ok=True)
     others = [a for a in argv if a not in options.arms and a not in ("--arms",)]
+    if options.json:  # the arms' subprocesses write their results, not the report
+        index = others.index("--json")
+        others = others[:index] + others[index + 2 :]
     for arm in options.arms:
         result_file = os.path.join(options.output_dir, f"{arm}_result.json")
         command = [sys.executable, os.path.abspath(__file__), *others, "--arms", arm, "--result-json", result_file]
         subprocess.run(command, check=True)
         with open(result_file) as f:
             results.extend(json.load(f))
-    print("\n".join(table(results)))
-    if "grpo" in options.arms:
-        from coba_trl.demo.config import DEMO_TRAINING_ARGS
-
-        grpo_dir, group_size = os.path.join(options.output_dir, "grpo"), DEMO_TRAINING_ARGS["num_generations"]
-        from coba_trl.demo.config import DemoArguments
-
-        print("\n".join(limit_lines(grpo_dir, group_size, DemoArguments().demo_num_train_prompts)))
+    report(results, options, regime_arguments(options.regime)[1].demo_num_train_prompts)
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument(
-        "--arms", nargs="+", default=list(STUDY_ARMS), choices=list(ARMS), help="Default: the study's six."
-    )
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
+    parser.add_argument("--arms", nargs="+", default=list(ARMS), choices=list(ARMS), help="Default: every arm.")
+    parser.add_argument("--regime", default="demo", choices=["demo", "hard"], help="The CPU task's regime.")
+    parser.add_argument("--json", default=None, help="Write the arms' counts and the limit to this JSON file.")
     parser.add_argument("--max-steps", "--max_steps", dest="max_steps", type=int, default=None)
     parser.add_argument(
         "--stop-at-generated-rollouts",
@@ -307,17 +396,26 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--seed", type=int, default=0, help="Warm start and RL seed (the demo's: 0).")
     parser.add_argument("--use-vllm", "--use_vllm", dest="use_vllm", action="store_true")
-    parser.add_argument("--output-dir", "--output_dir", dest="output_dir", default="outputs/rollout_savings_bench")
+    parser.add_argument(
+        "--output-dir",
+        "--output_dir",
+        dest="output_dir",
+        default=None,
+        help="Default: outputs/rollout_savings_<regime>.",
+    )
     parser.add_argument("--list-arms", "--list_arms", dest="list_arms", action="store_true")
     parser.add_argument("--dry-run", "--dry_run", dest="dry_run", action="store_true")
     parser.add_argument("--result-json", "--result_json", dest="result_json", default=None, help=argparse.SUPPRESS)
     options = parser.parse_args(argv)
+    options.output_dir = options.output_dir or f"outputs/rollout_savings_{options.regime}"
     if options.list_arms:
         for arm in ARMS:
             settings = ", ".join(f"{key}={value!r}" for key, value in ARMS[arm].items())
-            print(f"{arm}: {settings}" + (" (not a study arm)" if arm in EXTRA_ARMS else ""))
+            print(f"{arm}: {settings}" + (" (not a study 5 arm)" if arm in EXTRA_ARMS else ""))
         return 0
-    problems = check_arms(options.arms, options.output_dir, options.max_steps, options.seed, options.use_vllm)
+    problems = check_arms(
+        options.arms, options.output_dir, options.max_steps, options.seed, options.use_vllm, options.regime
+    )
     if options.dry_run:
         for arm in options.arms:
             print(f"{arm}: {'refused: ' + problems[arm] if arm in problems else 'ok'}")
@@ -347,7 +445,7 @@ def main(argv: list[str] | None = None) -> int:
     if rank == 0:
         print(machine_line(), flush=True)
     torch.manual_seed(options.seed)
-    model, tokenizer, train = warm_started(options.seed, options.output_dir)
+    model, tokenizer, train = warm_started(options.seed, options.output_dir, options.regime)
     warm_state = {name: tensor.detach().clone() for name, tensor in model.state_dict().items()}
     results = []
     for arm in options.arms:
@@ -359,12 +457,7 @@ def main(argv: list[str] | None = None) -> int:
         with open(options.result_json, "w") as f:
             json.dump(results, f)
     if rank == 0:
-        print("\n".join(table(results)))
-        if "grpo" in options.arms:
-            from coba_trl.demo.config import DEMO_TRAINING_ARGS
-
-            grpo_dir, group_size = os.path.join(options.output_dir, "grpo"), DEMO_TRAINING_ARGS["num_generations"]
-            print("\n".join(limit_lines(grpo_dir, group_size, len(train))))
+        report(results, options, len(train))
         print(f"load {', '.join(f'{value:.2f}' for value in os.getloadavg())} at the end", flush=True)
     leave_multiprocess_cpu_run()
     return 0

@@ -10,6 +10,7 @@ from trl import GRPOConfig
 
 ALLOCATORS = ("coba", "knapsack", "uniform")
 ZERO_VARIANCE_MODES = ("keep", "drop", "rescue", "refill")
+SKIP_RULES = ("greso", "spread_chance")
 GROUP_WEIGHTINGS = ("row", "prompt")
 
 # The field that switches activation checkpointing in the installed transformers' TrainingArguments:
@@ -99,6 +100,14 @@ class CoBAConfig(_GRPOConfig):
         max_skips_in_a_row (`int`, *optional*, defaults to `3`):
             A prompt skipped on this many visits in a row is generated on its next one, so every prompt is seen at
             least once every `max_skips_in_a_row + 1` epochs, whatever its history.
+        skip_rule (`str`, *optional*, defaults to `"greso"`):
+            Which prompts `skip_settled_prompts` skips: `"greso"` (GRESO's rule: a prompt whose latest groups were
+            all solved or all failed, with a probability that rises with their run, self-tuned towards
+            `skip_target_zero_spread`) or `"spread_chance"` (a prompt whose chance that a group of `num_generations`
+            has spread, under a Beta posterior over its pass rate fitted to every prompt seen, is below
+            `skip_min_spread_chance`; never a prompt not seen yet).
+        skip_min_spread_chance (`float`, *optional*, defaults to `0.5`):
+            With `skip_rule="spread_chance"`: the chance of a group with spread below which a prompt is skipped.
         group_weighting (`str`, *optional*, defaults to `"row"`):
             How much a prompt's group weighs in the loss. `"row"` (released code, and every TRL loss): each completion
             row counts once, so a prompt given 64 rows weighs 44.9 times one given 2 at the default
@@ -210,6 +219,21 @@ class CoBAConfig(_GRPOConfig):
     max_skips_in_a_row: int = field(
         default=3,
         metadata={"help": "With skip_settled_prompts: a prompt skipped this many visits in a row is generated next."},
+    )
+    skip_rule: str = field(
+        default="greso",
+        metadata={
+            "help": "Which prompts skip_settled_prompts skips: 'greso' (runs of flat groups, GRESO's self-tuned "
+            "probabilities) or 'spread_chance' (a prompt whose posterior chance of a group with spread is below "
+            "skip_min_spread_chance).",
+            "choices": list(SKIP_RULES),
+        },
+    )
+    skip_min_spread_chance: float = field(
+        default=0.5,
+        metadata={
+            "help": "With skip_rule='spread_chance': skip a prompt whose chance of a group with spread is below this."
+        },
     )
     group_weighting: str = field(
         default="row",
@@ -335,6 +359,13 @@ class CoBAConfig(_GRPOConfig):
             raise ValueError(
                 f"skip_target_zero_spread ({self.skip_target_zero_spread}) must be a share strictly between 0 and 1, "
                 "e.g. 0.25 (GRESO's)."
+            )
+        if self.skip_rule not in SKIP_RULES:
+            raise ValueError(f"skip_rule ({self.skip_rule!r}) must be one of {list(SKIP_RULES)}.")
+        if not (math.isfinite(self.skip_min_spread_chance) and 0 < self.skip_min_spread_chance < 1):
+            raise ValueError(
+                f"skip_min_spread_chance ({self.skip_min_spread_chance}) must be a chance strictly between 0 and 1, "
+                "e.g. 0.5."
             )
         if self.max_skips_in_a_row < 1:
             raise ValueError(

@@ -249,7 +249,9 @@ def plot_run(output_dir: str) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description="Plot a CoBA-RL run's budget allocation, capability, reward and spending.")
+    parser = argparse.ArgumentParser(
+        description="Plot a CoBA-RL run's budget allocation, capability, reward and spending."
+    )
     parser.add_argument("output_dir", help="Training output_dir (holds trainer_state.json or checkpoint-*/).")
     for path in plot_run(parser.parse_args(argv).output_dir):
         print(path)

@@ -470,3 +470,21 @@ def test_refill_at_its_bound_three_rounds_in_a_row_warns(tmp_path, caplog):
         assert len(warnings) == 1 and "max_refill_phases=0" in warnings[0]
     else:
         assert warnings == []
+
+
+def test_skipping_by_the_chance_of_spread_skips_settled_prompts_only_and_saves_rollouts(tmp_path, skipping_runs):
+    trainer = refill_trainer(tmp_path, skip_settled_prompts=True, skip_rule="spread_chance", max_steps=16)
+    recorder = SpendingRecorder(trainer)
+    trainer.train()
+    _assert_trained_rows_have_spread(recorder, trainer)
+    skipped = [
+        uid
+        for record in read_rounds(tmp_path)
+        for batch in [record, *record["refills"]]
+        for uid in batch["skipped_prompts"]
+    ]
+    assert skipped and all(settled(uid) for uid in skipped)
+    assert "coba/skip_prior_strength" in trainer.state.log_history[0]
+    refill, _ = skipping_runs["refill"]
+    per_row = trainer.rollouts_generated / sum(_logged(trainer, "coba/rows_with_spread"))
+    assert per_row < refill.rollouts_generated / sum(_logged(refill, "coba/rows_with_spread"))

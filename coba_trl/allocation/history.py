@@ -60,6 +60,10 @@ class PassRateHistory:
     def __contains__(self, prompt_id: Hashable) -> bool:
         return _plain(prompt_id) in self._records
 
+    def prompt_ids(self) -> list:
+        """Every prompt id with a recorded appearance."""
+        return list(self._records)
+
     def update(self, prompt_ids: Sequence[Hashable], successes, rollouts) -> None:
         """Record one appearance per prompt: `successes[i]` correct rollouts out of `rollouts[i]`.
 

@@ -56,7 +56,7 @@ from coba_trl.rounds.scoring import (
     success_signal_warning,
     unscored_groups_warning,
 )
-from coba_trl.rounds.skipping import SettledPromptSkipper
+from coba_trl.rounds.skipping import SettledPromptSkipper, SpreadChanceSkipper
 from coba_trl.rounds.spending import Spending, spending_metrics
 
 logger = logging.getLogger(__name__)
@@ -86,7 +86,11 @@ class RoundRunner:
         self.allocator = args.build_allocator()
         self.history = args.build_pass_rate_history()
         self.skipper = None
-        if args.skip_settled_prompts:
+        if args.skip_settled_prompts and args.skip_rule == "spread_chance":
+            self.skipper = SpreadChanceSkipper(
+                args.num_generations, args.skip_min_spread_chance, args.max_skips_in_a_row
+            )
+        elif args.skip_settled_prompts:
             self.skipper = SettledPromptSkipper(args.skip_target_zero_spread, args.max_skips_in_a_row, args.seed)
         self.log = RoundLog(args.output_dir) if args.log_allocations else None
         self.success_name = ", ".join(reward_func_names[index] for index in success_indices)
@@ -145,14 +149,14 @@ class RoundRunner:
         if self.draws_prompts:
             spent["coba/prompts_skipped"] = float(sum(len(batch) for batch in skipped))
         if self.skipper is not None:
-            spent.update({f"coba/skip_p_{kind}": p for kind, p in self.skipper.probability.items()})
+            spent.update(self.skipper.metrics())
         for key, value in spent.items():
             metrics[key].append(value)
         self.spending.add(spent)
         self._warn(phases, plan, scored, scoring)
         if plan.observe:
             observe_round(self.history, self.allocator, plan, scored)
-            if self.skipper is not None:  # tuned in rounds that start in the second epoch or later, as GRESO does
+            if self.skipper is not None:  # GRESO's tunes in rounds that start in the second epoch or later
                 flat = scored.zero_spread.cpu().numpy()
                 self.skipper.observe_round(plan.prompt_ids, flat, scored.successes, scored.scored, start_epoch > 0)
             if self.log is not None:

@@ -1,4 +1,8 @@
-"""Skipping settled prompts before generation (GRESO's selective rollout, arXiv 2506.02177), in plain numpy.
+"""Skipping settled prompts before generation, in plain numpy: GRESO's rule (`SettledPromptSkipper`) and one by the
+chance of a group with spread (`SpreadChanceSkipper`). Both keep the same interface (`visit`, `observe_round`,
+`metrics`, `state_dict`), so the round runner does not know which one it has.
+
+GRESO's selective rollout (arXiv 2506.02177):
 
 A prompt whose latest groups were all solved (or all failed) is likely to be so again: GRESO skips it, before any
 completion is generated, with probability `1 - max(p^c, 0.01)`, `c` being its run of such groups in a row and `p` the
@@ -21,7 +25,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from coba_trl.allocation.history import prompt_id_from_json
+from coba_trl.allocation.history import PassRateHistory, prompt_id_from_json
+from coba_trl.allocation.spread import population_prior, spread_chance
 
 START_PROBABILITY = 0.5  # GRESO's p_easy and p_hard at the start
 PROBABILITY_STEP = 0.01  # GRESO's adjustment per step
@@ -90,6 +95,10 @@ class SettledPromptSkipper:
                 self.probability[kind] = float(min(max(self.probability[kind] + step, low), high))
         return shares
 
+    def metrics(self) -> dict[str, float]:
+        """What a round logs of the skipper: both exploration probabilities."""
+        return {f"coba/skip_p_{kind}": p for kind, p in self.probability.items()}
+
     def state_dict(self) -> dict:
         return {
             "probability": dict(self.probability),
@@ -104,3 +113,60 @@ class SettledPromptSkipper:
             for prompt_id, kind, count, skips in state["runs"]
         }
         self.rng.bit_generator.state = state["rng"]
+
+
+SPREAD_WINDOW = 4  # a prompt's latest appearances the chance of spread is estimated from
+
+
+class SpreadChanceSkipper:
+    """Skips a visit of a prompt whose chance that a group of `group_size` has spread is below `min_chance`
+    (`skip_rule="spread_chance"`; docs/spending.md).
+
+    The chance is the posterior mean over the prompt's pass rate (`coba_trl.allocation.spread`): a Beta prior fitted
+    to every prompt seen so far, updated with the prompt's successes over its latest `SPREAD_WINDOW` appearances
+    (every completion of its groups, two-phase pilots included). A prompt never seen is never skipped, and one
+    skipped on `max_skips_in_a_row` visits in a row is generated on the next, so it is seen again however settled it
+    looked. No random draw: the decision is a function of the shared history, the same on every process.
+    """
+
+    def __init__(self, group_size: int, min_chance: float = 0.5, max_skips_in_a_row: int = 3):
+        self.group_size, self.min_chance, self.max_skips_in_a_row = group_size, min_chance, max_skips_in_a_row
+        self.history = PassRateHistory(window=SPREAD_WINDOW)
+        self.skips: dict = {}  # prompt id -> visits skipped in a row
+        self.prior = population_prior([], [])
+
+    def chance(self, prompt_id) -> float:
+        """The chance that a group of `group_size` of `prompt_id` has spread now (NaN: never seen)."""
+        successes, rollouts = self.history.counts([prompt_id])
+        if rollouts[0] == 0:
+            return float("nan")
+        return float(spread_chance(successes, rollouts, self.group_size, self.prior)[0])
+
+    def visit(self, prompt_id) -> bool:
+        """Whether this visit of `prompt_id` is skipped."""
+        chance = self.chance(prompt_id)
+        skipped = chance < self.min_chance and self.skips.get(prompt_id, 0) < self.max_skips_in_a_row
+        self.skips[prompt_id] = self.skips.get(prompt_id, 0) + 1 if skipped else 0
+        return skipped
+
+    def observe_round(self, prompt_ids: list, zero_spread, successes, scored, tune: bool = True) -> None:
+        """Record a round's generated groups, then refit the population prior (`tune` is GRESO's; unused here)."""
+        self.history.update(prompt_ids, successes, scored)
+        self.prior = population_prior(*self.history.counts(self.history.prompt_ids()))
+
+    def metrics(self) -> dict[str, float]:
+        """What a round logs: the fitted prior's mean and strength (a + b)."""
+        a, b = self.prior
+        return {"coba/skip_prior_mean": a / (a + b), "coba/skip_prior_strength": a + b}
+
+    def state_dict(self) -> dict:
+        return {
+            "history": self.history.state_dict(),
+            "skips": [[prompt_id, count] for prompt_id, count in self.skips.items()],
+            "prior": list(self.prior),
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        self.history.load_state_dict(state["history"])
+        self.skips = {prompt_id_from_json(prompt_id): int(count) for prompt_id, count in state["skips"]}
+        self.prior = tuple(float(value) for value in state["prior"])

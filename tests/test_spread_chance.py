@@ -1,0 +1,61 @@
+"""The chance that a group has spread under a Beta posterior (`coba_trl.allocation.spread`), and the skipper that
+skips by it (`skip_rule="spread_chance"`)."""
+
+import json
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from coba_trl.allocation.spread import beta_power_mean, population_prior, spread_chance
+from coba_trl.rounds.skipping import SpreadChanceSkipper
+
+
+def test_the_beta_moments_are_exact():
+    assert beta_power_mean(np.array([1.0]), np.array([1.0]), 3)[0] == pytest.approx(1 / 4)  # E[p^3], p uniform
+    rng = np.random.default_rng(0)
+    draws = rng.beta(2.5, 7.0, size=400_000)
+    assert beta_power_mean(np.array([2.5]), np.array([7.0]), 8)[0] == pytest.approx(np.mean(draws**8), rel=0.02)
+
+
+def test_a_uniform_prior_gives_the_known_chance_and_one_completion_never_has_spread():
+    # p uniform: E[p^n] = E[(1 - p)^n] = 1 / (n + 1), so a group of 8 has spread with chance 7 / 9.
+    assert spread_chance([0], [0], 8)[0] == pytest.approx(7 / 9)
+    assert spread_chance([3], [5], 1)[0] == pytest.approx(0.0)
+
+
+@given(st.integers(0, 16), st.integers(0, 16), st.integers(2, 32))
+def test_the_chance_is_a_probability_and_symmetric_in_successes_and_failures(successes, failures, group_size):
+    chance = spread_chance([successes], [successes + failures], group_size, (0.7, 1.3))[0]
+    mirrored = spread_chance([failures], [successes + failures], group_size, (1.3, 0.7))[0]
+    assert 0.0 <= chance <= 1.0 and chance == pytest.approx(mirrored, abs=1e-12)
+
+
+def test_a_prompt_that_failed_among_prompts_that_mostly_fail_is_unlikely_to_spread():
+    # 60% of prompts never solved, the rest half the time: the fitted prior sits low, so 0 of 8 says "settled".
+    successes = np.array([0] * 60 + [4] * 40)
+    prior = population_prior(successes, np.full(100, 8))
+    assert prior[0] / sum(prior) == pytest.approx(0.2)
+    assert spread_chance([0], [8], 8, prior)[0] < 0.35 < spread_chance([4], [8], 8, prior)[0]
+    assert population_prior([0], [8]) == (1.0, 1.0)  # one prompt: no population yet
+
+
+def test_the_skipper_never_skips_a_prompt_it_has_not_seen_and_skips_a_settled_one_up_to_the_cap():
+    skipper = SpreadChanceSkipper(group_size=8, min_chance=0.5, max_skips_in_a_row=2)
+    assert not skipper.visit("new")
+    ids = [f"hard{i}" for i in range(6)] + [f"mixed{i}" for i in range(4)]
+    skipper.observe_round(ids, None, [0] * 6 + [4] * 4, [8] * 10)
+    assert [skipper.visit("hard0") for _ in range(6)] == [True, True, False, True, True, False]
+    assert not any(skipper.visit("mixed0") for _ in range(5))
+    assert skipper.metrics()["coba/skip_prior_mean"] == pytest.approx(0.2)
+
+
+def test_the_skippers_state_round_trips_through_json():
+    skipper = SpreadChanceSkipper(group_size=4)
+    skipper.observe_round([("a", 1), "b", "c"], None, [0, 2, 4], [4, 4, 4])
+    skipper.visit(("a", 1))
+    restored = SpreadChanceSkipper(group_size=4)
+    restored.load_state_dict(json.loads(json.dumps(skipper.state_dict())))
+    assert restored.state_dict() == skipper.state_dict()
+    assert [restored.visit(("a", 1)) for _ in range(4)] == [skipper.visit(("a", 1)) for _ in range(4)]
