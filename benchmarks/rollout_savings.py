@@ -83,6 +83,20 @@ EXTRA_ARMS: dict[str, dict] = {
 }
 ARMS = {**STUDY_ARMS, **EXTRA_ARMS}
 
+# `--quick` (the smoke runs of the test suite): a tiny model and a warm start of a few steps, the regime otherwise.
+QUICK_DEMO = {"demo_hidden_size": 32, "demo_warm_start_steps": 10}
+
+
+def regime_demo(regime: str, quick: bool = False):
+    """The regime's `DemoArguments`, with `QUICK_DEMO` for a smoke run."""
+    import dataclasses
+
+    from coba_trl.demo.config import regime_arguments
+
+    demo = regime_arguments(regime)[1]
+    return dataclasses.replace(demo, **QUICK_DEMO) if quick else demo
+
+
 REFERENCE = "dapo"  # the arm every ratio is taken against
 NEEDED = ("zero_variance_groups='refill'", "skip_settled_prompts", "rollouts_generated")
 
@@ -122,18 +136,19 @@ def check_arms(
     return problems
 
 
-def warm_started(seed: int, output_dir: str | None = None, regime: str = "demo"):
+def warm_started(seed: int, output_dir: str | None = None, regime: str = "demo", quick: bool = False):
     """The regime's model after its warm start (`coba_trl.demo.warm_start.warm_started_demo`), its tokenizer and
     training prompts. With `output_dir`, the warm-started weights are saved there once and loaded by later runs."""
     import torch
 
-    from coba_trl.demo.config import WARM_START_PROBLEMS, regime_arguments
+    from coba_trl.demo.config import WARM_START_PROBLEMS
     from coba_trl.demo.model import build_demo_model
     from coba_trl.demo.task import demo_problem_sets
     from coba_trl.demo.warm_start import warm_started_demo
 
-    _, demo = regime_arguments(regime)
+    demo = regime_demo(regime, quick)
     name = f"warm_start_seed{seed}.pt" if regime == "demo" else f"warm_start_{regime}_seed{seed}.pt"
+    name = f"quick_{name}" if quick else name
     saved = None if output_dir is None else os.path.join(output_dir, name)
     if saved is not None and os.path.exists(saved):
         model, tokenizer = build_demo_model(demo, seed)
@@ -161,14 +176,13 @@ def train_arm(arm: str, options, warm_state: dict, tokenizer, train) -> dict:
     from transformers.trainer_callback import PrinterCallback
 
     from coba_trl import CoBAGRPOTrainer
-    from coba_trl.demo.config import regime_arguments
     from coba_trl.demo.model import build_demo_model
     from coba_trl.demo.run import engine_model_dir
     from coba_trl.demo.task import to_prompt_dataset
     from coba_trl.rewards import dapo_accuracy_reward
 
     args = arm_config(arm, options.output_dir, options.max_steps, options.seed, options.use_vllm, options.regime)
-    model, _ = build_demo_model(regime_arguments(options.regime)[1], options.seed)
+    model, _ = build_demo_model(regime_demo(options.regime, options.quick), options.seed)
     model.load_state_dict(warm_state)
     if options.use_vllm:
         engine_model_dir(model, tokenizer, args)
@@ -396,6 +410,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--seed", type=int, default=0, help="Warm start and RL seed (the demo's: 0).")
     parser.add_argument("--use-vllm", "--use_vllm", dest="use_vllm", action="store_true")
+    parser.add_argument("--quick", action="store_true", help="A smoke run: a tiny model, a warm start of 10 steps.")
     parser.add_argument(
         "--output-dir",
         "--output_dir",
@@ -445,7 +460,7 @@ def main(argv: list[str] | None = None) -> int:
     if rank == 0:
         print(machine_line(), flush=True)
     torch.manual_seed(options.seed)
-    model, tokenizer, train = warm_started(options.seed, options.output_dir, options.regime)
+    model, tokenizer, train = warm_started(options.seed, options.output_dir, options.regime, options.quick)
     warm_state = {name: tensor.detach().clone() for name, tensor in model.state_dict().items()}
     results = []
     for arm in options.arms:

@@ -114,6 +114,7 @@ def transformers_generate(
                 do_sample=True,
                 temperature=temperature,
                 top_p=top_p,
+                top_k=0,  # no top-k cut, as TRL samples in training (GRPOConfig.top_k = 0) and vLLM by default
                 max_new_tokens=max_new_tokens,
                 pad_token_id=tokenizer.pad_token_id,
             )

@@ -33,6 +33,15 @@ completions generated per trained row and per trained row with spread, in the sa
   limit: a generator that knows every pass rate and generates only the prompt whose group of the run's mean size n
     is the likeliest to have spread: 1 / max_i q_i(n), over every prompt with a pass rate (1.01 when one prompt is at
     0.5 with n = 8). No mode with groups of n does better in this model; an allocator's larger groups can.
+The skipping figure is a later epoch's: in a run's first epoch no prompt has a history to be skipped by, so the
+first epoch costs what refill costs (its own line, "refill + skipping (first epoch)"). The preview also gives the
+share of groups without spread under keep, and the rule of thumb that follows from it.
+
+A pass rate measured from k samples is uncertain: 0 of 8 does not mean p = 0. With `--pass_rate_samples k` (what
+`examples/evaluate.py --train_dataset ... --k k` passes), q_i is the mean of 1 - p^n - (1 - p)^n over a Beta posterior
+of p_i given its k_i p_i successes out of k, from a prior fitted to all the prompts' rates
+(`coba_trl.allocation.spread`): a prompt that went 0 of 8 among prompts that mostly succeed is likelier to have
+spread than the point estimate says, one among prompts that mostly fail less so. Without it, q_i is taken at p_i.
 
     python -m coba_trl.preview outputs/pass_rates/train_pass_rates.parquet --generation_batch_size 4096 \\
         --num_generations 16 --min_generations 2 --max_generations 128
@@ -55,6 +64,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from coba_trl.allocation import fill_to_budget
+from coba_trl.allocation.spread import population_prior, spread_chance
 
 PREVIEW_FILE = "allocation_preview"  # .md and .json
 ALLOCATOR_ORDER = ("coba", "knapsack", "uniform")
@@ -68,10 +78,20 @@ def band_index(pass_rates: np.ndarray) -> np.ndarray:
     return np.select([np.isnan(p), p == 0, p == 1], [0, 1, 6], default=inner)
 
 
-def mixed_group_probability(pass_rates, group_sizes) -> np.ndarray:
-    """P(a group of n_i independent draws at pass rate p_i holds a success and a failure) = 1 - p^n - (1 - p)^n."""
+def mixed_group_probability(pass_rates, group_sizes, samples: int | None = None) -> np.ndarray:
+    """P(a group of n_i independent draws at pass rate p_i holds a success and a failure) = 1 - p^n - (1 - p)^n; with
+    `samples`, each p_i measured from that many completions, the posterior mean of it (module doc)."""
     p, n = np.asarray(pass_rates, dtype=float), np.asarray(group_sizes, dtype=float)
-    return 1.0 - p**n - (1.0 - p) ** n
+    if samples is None:
+        return 1.0 - p**n - (1.0 - p) ** n
+    successes = np.rint(p * samples)
+    prior = population_prior(successes, np.full(p.size, samples))
+    mixed = np.zeros(np.broadcast(p, n).shape)
+    sizes = np.broadcast_to(n, mixed.shape)
+    for size in np.unique(sizes):
+        where = sizes == size
+        mixed[where] = spread_chance(np.broadcast_to(successes, mixed.shape)[where], samples, int(size), prior)
+    return mixed
 
 
 def epoch_group_sizes(pass_rates, budget: int, prompts_per_round: int, allocator) -> np.ndarray:
@@ -92,41 +112,60 @@ def epoch_group_sizes(pass_rates, budget: int, prompts_per_round: int, allocator
     return sizes
 
 
-ZERO_VARIANCE_MODES = ("keep", "drop", "refill", "refill + skipping")
+ZERO_VARIANCE_MODES = ("keep", "drop", "refill", "refill + skipping (first epoch)", "refill + skipping")
 SKIP_AFTER_ONE_FLAT_GROUP = 0.5  # GRESO's skip probability after one flat group, at its starting p_e = 0.5
 
 
-def generated_per_spread_row(pass_rates, group_sizes, weights=None) -> float:
+def generated_per_spread_row(pass_rates, group_sizes, weights=None, samples: int | None = None) -> float:
     """Completions generated per row with spread, sum w_i n_i / sum w_i n_i q_i, when prompt i is generated with
-    probability w_i (1 = always); inf when no row can have spread."""
+    probability w_i (1 = always); inf when no row can have spread. `samples`: as `mixed_group_probability`."""
     p, n = np.asarray(pass_rates, dtype=float), np.asarray(group_sizes, dtype=float)
     w = np.ones_like(p) if weights is None else np.asarray(weights, dtype=float)
     generated = float(np.sum(w * n))
-    with_spread = float(np.sum(w * n * mixed_group_probability(p, n)))
+    with_spread = float(np.sum(w * n * mixed_group_probability(p, n, samples)))
     return generated / with_spread if with_spread > 0 else math.inf
 
 
-def rollouts_per_spread_row(pass_rates, group_sizes) -> dict[str, tuple[float, float]]:
+def rollouts_per_spread_row(pass_rates, group_sizes, samples: int | None = None) -> dict[str, tuple[float, float]]:
     """Per zero-variance mode, (completions generated per trained row, per trained row with spread) for prompts at
     `pass_rates` with groups of `group_sizes`, in the model of the module doc."""
     p, n = np.asarray(pass_rates, dtype=float), np.asarray(group_sizes, dtype=float)
-    spread = generated_per_spread_row(p, n)
-    skipped = SKIP_AFTER_ONE_FLAT_GROUP * (1.0 - mixed_group_probability(p, n))
-    skipping = generated_per_spread_row(p, n, 1.0 - skipped)
+    spread = generated_per_spread_row(p, n, samples=samples)
+    skipped = SKIP_AFTER_ONE_FLAT_GROUP * (1.0 - mixed_group_probability(p, n, samples))
+    skipping = generated_per_spread_row(p, n, 1.0 - skipped, samples)
     return {
         "keep": (1.0, spread),
         "drop": (spread, spread),
         "refill": (spread, spread),
+        "refill + skipping (first epoch)": (spread, spread),  # nothing has a history to be skipped by yet
         "refill + skipping": (skipping,) * 2,
     }
 
 
-def oracle_per_spread_row(pass_rates, group_size: int) -> float:
+def oracle_per_spread_row(pass_rates, group_size: int, samples: int | None = None) -> float:
     """The limit: completions per row with spread of a generator that generates only the prompt whose group of
     `group_size` is the likeliest to have spread, 1 / max_i q_i; inf when none can."""
     p = np.asarray(pass_rates, dtype=float)
-    best = float(mixed_group_probability(p, group_size).max()) if p.size else 0.0
+    best = float(mixed_group_probability(p, group_size, samples).max()) if p.size else 0.0
     return 1.0 / best if best > 0 else math.inf
+
+
+FLAT_SHARE_FOR_REFILL = 0.25  # the rule of thumb's threshold (docs/spending.md, "When to turn each mode on")
+
+
+def spending_rule(flat_share: float) -> str:
+    """The rule of thumb for a share of groups without spread under keep (docs/spending.md)."""
+    if flat_share >= FLAT_SHARE_FOR_REFILL:
+        return (
+            f"{flat_share:.0%} of groups have no spread under keep (at least {FLAT_SHARE_FOR_REFILL:.0%}): every such "
+            "group is a training batch's worth of rows without gradient. Refill gives every trained row a gradient; "
+            "skipping and a pilot (two_phase_rounds with CoBA or Knapsack-RL) cut what it costs from the second "
+            "epoch on."
+        )
+    return (
+        f"{flat_share:.0%} of groups have no spread under keep (below {FLAT_SHARE_FOR_REFILL:.0%}): refill and "
+        "skipping have little to save here; keep, or drop to leave flat groups out of the loss."
+    )
 
 
 @dataclass
@@ -142,6 +181,7 @@ class Preview:
     # allocator -> mode -> (generated per trained row, per trained row with spread); the limit's figure
     rollouts_per_spread_row: dict[str, dict[str, tuple[float, float]]] = field(default_factory=dict)
     oracle_per_spread_row: float = math.nan
+    flat_share_keep: dict[str, float] = field(default_factory=dict)  # allocator -> expected share of flat groups
 
     def to_json(self) -> dict:
         return {
@@ -156,6 +196,10 @@ class Preview:
             ],
             "expected_mixed_groups_per_round": self.expected_mixed_per_round,
             "relative_to_uniform": self.relative_to_uniform,
+            "flat_groups_under_keep": self.flat_share_keep,
+            "spending_rule": spending_rule(self.flat_share_keep["uniform"])
+            if "uniform" in self.flat_share_keep
+            else None,
             "group_sizes": {name: sizes.tolist() for name, sizes in self.group_sizes.items()},
             "rollouts_per_trained_row_with_spread": [
                 {
@@ -220,6 +264,11 @@ class Preview:
                     lines.append(f"| {a} | {mode} | {_figure(trained)} | {_figure(spread)} |")
             limit = _figure(self.oracle_per_spread_row)
             lines.append(f"| limit | oracle | {limit} | {limit} |")
+        if self.flat_share_keep:
+            shares = ", ".join(f"{a} {share:.1%}" for a, share in self.flat_share_keep.items())
+            lines += ["", f"Groups without spread under keep, in the same model: {shares}."]
+            if "uniform" in self.flat_share_keep:
+                lines.append(spending_rule(self.flat_share_keep["uniform"]))
         return "\n".join(lines) + "\n"
 
 
@@ -232,10 +281,13 @@ def _figure(value: float) -> str:
     return f"{value:.2f}" if math.isfinite(value) else "none"
 
 
-def allocation_preview(pass_rates, budget: int, num_generations: int, allocators: dict, order=None) -> Preview:
+def allocation_preview(
+    pass_rates, budget: int, num_generations: int, allocators: dict, order=None, samples: int | None = None
+) -> Preview:
     """The preview of `allocators` (name -> fresh allocator) on `pass_rates` (dataset order), whose prompts enter the
-    rounds in `order` (dataset indices; None = dataset order), as the module doc says. The group sizes it returns are
-    in dataset order, 0 for the prompts after the epoch's last whole round."""
+    rounds in `order` (dataset indices; None = dataset order), as the module doc says; `samples`: the completions
+    each pass rate was measured from (None: take q_i at p_i). The group sizes it returns are in dataset order, 0 for
+    the prompts after the epoch's last whole round."""
     p = np.asarray(pass_rates, dtype=float)
     order = np.arange(p.size) if order is None else np.asarray(order, dtype=np.int64)
     prompts_per_round = budget // num_generations
@@ -256,7 +308,9 @@ def allocation_preview(pass_rates, budget: int, num_generations: int, allocators
         name: [float(s[used][bands == b].mean()) if np.any(bands == b) else math.nan for b in range(len(BANDS))]
         for name, s in sizes.items()
     }
-    mixed = {name: float(mixed_group_probability(p[known], s[known]).sum()) / rounds for name, s in sizes.items()}
+    mixed_of = {name: mixed_group_probability(p[known], s[known], samples) for name, s in sizes.items()}
+    mixed = {name: float(q.sum()) / rounds for name, q in mixed_of.items()}
+    flat = {name: float(1.0 - q.mean()) if q.size else math.nan for name, q in mixed_of.items()}
     base = mixed.get("uniform", math.nan)
     relative = {name: value / base if base > 0 else math.nan for name, value in mixed.items()}
     bounds = next(iter(allocators.values()))
@@ -270,11 +324,12 @@ def allocation_preview(pass_rates, budget: int, num_generations: int, allocators
         "num_generations": int(num_generations),
         "min_generations": int(bounds.min_budget),
         "max_generations": int(bounds.max_budget),
+        "pass_rate_samples": samples,
     }
     counts = [int(np.sum(bands == b)) for b in range(len(BANDS))]
-    per_spread_row = {name: rollouts_per_spread_row(p[known], s[known]) for name, s in sizes.items()}
-    oracle = oracle_per_spread_row(p[~np.isnan(p)], num_generations)
-    return Preview(settings, counts, mean_size, mixed, relative, sizes, per_spread_row, oracle)
+    per_spread_row = {name: rollouts_per_spread_row(p[known], s[known], samples) for name, s in sizes.items()}
+    oracle = oracle_per_spread_row(p[~np.isnan(p)], num_generations, samples)
+    return Preview(settings, counts, mean_size, mixed, relative, sizes, per_spread_row, oracle, flat)
 
 
 def write_preview(preview: Preview, output_dir: str, extra_settings: dict | None = None) -> tuple[str, str]:
@@ -297,14 +352,15 @@ def round_order(num_prompts: int, prompts_per_round: int, seed: int, shuffle: bo
     return RoundSampler(num_prompts, prompts_per_round, shuffle=shuffle, seed=seed).permutation(0)
 
 
-def preview_run(pass_rates, config) -> Preview:
+def preview_run(pass_rates, config, samples: int | None = None) -> Preview:
     """The preview at a `CoBAConfig`'s budget (generation_batch_size), mean group size, bounds, allocator parameters,
-    seed and shuffling: the three allocators on the prompts in the run's first-epoch order."""
+    seed and shuffling: the three allocators on the prompts in the run's first-epoch order; `samples` as in
+    `allocation_preview`."""
     p = np.asarray(pass_rates, dtype=float)
     prompts_per_round = config.generation_batch_size // config.num_generations
     order = round_order(p.size, prompts_per_round, config.seed, config.shuffle_dataset) if p.size else None
     allocators = {name: config.build_allocator(name) for name in ALLOCATOR_ORDER}
-    return allocation_preview(p, config.generation_batch_size, config.num_generations, allocators, order)
+    return allocation_preview(p, config.generation_batch_size, config.num_generations, allocators, order, samples)
 
 
 @dataclass
@@ -324,6 +380,9 @@ class PreviewArguments:
             (flags override them); its other keys (model, dataset) are checked but not used.
         preview_dir (`str` or `None`, *optional*, defaults to `None`):
             Where `allocation_preview.md` and `.json` go; None = the folder of the pass-rate file (or `outputs`).
+        pass_rate_samples (`int` or `None`, *optional*, defaults to `None`):
+            The completions each pass rate was measured from (`examples/evaluate.py --k`): the chance of a group
+            with spread is then averaged over each prompt's uncertain pass rate; None takes it at the pass rate.
     """
 
     pass_rates: str = field(
@@ -338,6 +397,10 @@ class PreviewArguments:
     )
     preview_dir: str | None = field(
         default=None, metadata={"help": "Where allocation_preview.md/.json go; None = the pass-rate file's folder."}
+    )
+    pass_rate_samples: int | None = field(
+        default=None,
+        metadata={"help": "Completions each pass rate was measured from (evaluate.py's --k); None: point estimates."},
     )
 
 
@@ -375,7 +438,12 @@ def main(argv: list[str] | None = None) -> Preview:
     try:
         preview_args, config = parser.parse_args_and_config(args=argv)  # a value CoBAConfig refuses: ValueError
         rates = read_pass_rates(preview_args.pass_rates, preview_args.pass_rate_column)
-        preview = preview_run([math.nan if r is None else r for r in rates], config)
+        samples = preview_args.pass_rate_samples
+        if samples is not None and samples < 1:
+            raise ValueError(
+                f"pass_rate_samples ({samples}) must be at least 1: the completions behind each pass rate."
+            )
+        preview = preview_run([math.nan if r is None else r for r in rates], config, samples)
     except ValueError as error:
         fail(" ".join(str(error).split()), parser.prog)
     folder = preview_args.preview_dir or (

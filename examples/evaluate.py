@@ -76,7 +76,7 @@ from trl import TrlParser  # noqa: E402
 
 from coba_trl.data import EVAL_BENCHMARKS, load_dapo_math, load_eval_benchmark  # noqa: E402
 from coba_trl.data.sources import LOCAL_MODEL, hub_error, hub_unreachable, require_hub  # noqa: E402
-from coba_trl.demo.config import DEMO_TRAINING_ARGS, DemoArguments  # noqa: E402
+from coba_trl.demo.config import DEMO_TRAINING_ARGS, REGIMES, regime_arguments  # noqa: E402
 from coba_trl.demo.task import demo_problem_sets, to_prompt_dataset  # noqa: E402
 from coba_trl.evaluation import (  # noqa: E402
     evaluate_benchmark,
@@ -113,6 +113,9 @@ class EvalArguments:
             Score this training set (a DAPO-Math Hub id, a local parquet / jsonl / json file, or `arithmetic`, the
             CPU demo's prompts) instead of the benchmarks: writes `train_pass_rates.parquet` with a `pass_rate`
             column.
+        regime (`str`, *optional*, defaults to `"demo"`):
+            Which regime of the CPU task `arithmetic` means (training prompts and held-out problems):
+            `demo` (recipes/cpu_demo.yaml) or `hard` (recipes/cpu_demo_hard.yaml).
         dataset_config (`str` or `None`, *optional*, defaults to `None`):
             Hub config of `train_dataset`, e.g. `all`, `en` or `cn` for `open-r1/DAPO-Math-17k-Processed`.
         dataset_train_split (`str`, *optional*, defaults to `"train"`):
@@ -152,6 +155,10 @@ class EvalArguments:
             "instead of the benchmarks: writes train_pass_rates.parquet with a pass_rate column for "
             "--prior_pass_rate_column."
         },
+    )
+    regime: str = field(
+        default="demo",
+        metadata={"help": "The CPU task's regime that 'arithmetic' means.", "choices": list(REGIMES)},
     )
     dataset_config: str | None = field(default=None, metadata={"help": "Hub config of train_dataset."})
     dataset_train_split: str = field(default="train", metadata={"help": "Split of train_dataset."})
@@ -278,10 +285,11 @@ def fill_mode_defaults(args: EvalArguments) -> EvalArguments:
     return args
 
 
-def demo_task(part: str):
-    """The CPU demo's `"train"` prompts or `"heldout"` problems, as the demo builds them with its defaults."""
-    demo, seed = DemoArguments(), DEMO_TRAINING_ARGS["seed"]
-    train, heldout, _ = demo_problem_sets(demo.demo_num_train_prompts, demo.demo_num_heldout, 0, seed=seed)
+def demo_task(part: str, regime: str = "demo"):
+    """The CPU task's `"train"` prompts or `"heldout"` problems in `regime`, as the demo builds them."""
+    training, demo = regime_arguments(regime)
+    sizes = (demo.demo_num_train_prompts, demo.demo_num_heldout, 0)
+    train, heldout, _ = demo_problem_sets(*sizes, seed=training["seed"], operands_per_level=tuple(demo.demo_operands))
     return to_prompt_dataset(train if part == "train" else heldout)
 
 
@@ -294,7 +302,7 @@ def load_benchmarks(args: EvalArguments) -> dict:
     benchmarks = {}
     for name in args.benchmarks:
         if name == ARITHMETIC:
-            dataset = demo_task("heldout")
+            dataset = demo_task("heldout", args.regime)
         else:
             dataset = load_eval_benchmark(name, path=paths.get(name), instruction=args.instruction)
         if args.max_problems is not None:
@@ -320,7 +328,7 @@ def score_benchmarks(args: EvalArguments, benchmarks: dict, generate, backend: s
 def load_train_set(args: EvalArguments):
     """The training set to score, loaded before the model so that a set without `prompt` fails at once."""
     if args.train_dataset == ARITHMETIC:
-        dataset = demo_task("train")
+        dataset = demo_task("train", args.regime)
     else:
         dataset = load_dapo_math(
             args.train_dataset,
@@ -357,7 +365,7 @@ def score_train_set(args: EvalArguments, dataset, generate):
         print(f"Preview a smaller round with: {other}")
         return scored
     print(f"\nAllocation preview at {flags} (other settings: {other}):")
-    preview([path, *flags.split(), "--preview_dir", args.output_dir])
+    preview([path, *flags.split(), "--preview_dir", args.output_dir, "--pass_rate_samples", str(args.k)])
     return scored
 
 

@@ -16,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from coba_trl.allocation import PassRateHistory, build_allocator
+from coba_trl.allocation.spread import population_prior, spread_chance
 from coba_trl.preview import BANDS, allocation_preview, band_index, main, mixed_group_probability
 from coba_trl.rounds.plan import plan_round
 
@@ -125,8 +126,13 @@ def test_evaluate_previews_the_allocation_of_the_pass_rates_it_writes(tmp_path, 
     assert "expected mixed groups / round" in capsys.readouterr().out
     written = json.loads((tmp_path / "rates" / "allocation_preview.json").read_text())
     assert written["settings"]["budget"] == 256 and written["settings"]["rounds"] == 1  # the demo's round: 32 x 8
-    uniform = _mixed_by_hand(scored["pass_rate"], written["group_sizes"]["uniform"])
-    assert written["expected_mixed_groups_per_round"]["uniform"] == pytest.approx(uniform)
+    # The pass rates come from 2 samples each: the chance of spread is the posterior one (coba_trl.allocation.spread).
+    assert written["settings"]["pass_rate_samples"] == 2
+    successes = np.rint(np.asarray(scored["pass_rate"]) * 2)
+    prior = population_prior(successes, np.full(successes.size, 2))
+    sizes = np.asarray(written["group_sizes"]["uniform"])
+    chances = [spread_chance([s], [2], int(n), prior)[0] for s, n in zip(successes, sizes, strict=True) if n]
+    assert written["expected_mixed_groups_per_round"]["uniform"] == pytest.approx(sum(chances))
 
 
 def _write_inputs(folder: Path) -> None:

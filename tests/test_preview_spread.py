@@ -26,6 +26,7 @@ from coba_trl.preview import (
     allocation_preview,
     generated_per_spread_row,
     main,
+    mixed_group_probability,
 )
 
 DEMO_PASS_RATES = Path(__file__).parent / "fixtures" / "demo_warm_pass_rates.json"
@@ -117,7 +118,7 @@ def test_the_command_prints_and_writes_the_table(tmp_path, capsys):
     assert [(row["allocator"], row["mode"]) for row in rows] == [
         (name, mode) for name in ("coba", "knapsack", "uniform") for mode in ZERO_VARIANCE_MODES
     ] + [("limit", "oracle")]
-    uniform_keep = rows[8]
+    uniform_keep = next(row for row in rows if (row["allocator"], row["mode"]) == ("uniform", "keep"))
     assert uniform_keep["generated_per_trained_row"] == 1.0
     assert uniform_keep["generated_per_trained_row_with_spread"] == pytest.approx(1.81, abs=0.005)
 
@@ -128,3 +129,25 @@ def test_no_spread_at_all_is_none_in_the_json_and_in_the_table():
     rows = preview.to_json()["rollouts_per_trained_row_with_spread"]
     assert all(row["generated_per_trained_row_with_spread"] is None for row in rows)
     assert json.loads(json.dumps(rows, allow_nan=False))  # valid JSON: no NaN or Infinity
+
+
+def test_with_the_samples_behind_each_pass_rate_a_prompt_that_went_0_of_k_can_still_spread(tmp_path, capsys):
+    # Pass rates from 8 samples: 0 of 8 is uncertain, so the posterior chance of spread is above 0 where the point
+    # estimate says 0, and DAPO's refill is expected to cost less than the point estimates say.
+    rates = [0.0] * 20 + [0.125] * 6 + [0.5] * 6
+    point = allocation_preview(rates, 64, 8, _allocators())
+    uncertain = allocation_preview(rates, 64, 8, _allocators(), samples=8)
+    assert mixed_group_probability([0.0], [8])[0] == 0.0 < mixed_group_probability(np.array(rates), 8, 8)[0]
+    refill = [preview.rollouts_per_spread_row["uniform"]["refill"][1] for preview in (point, uncertain)]
+    assert refill[1] < refill[0]
+    assert (
+        uncertain.rollouts_per_spread_row["uniform"]["refill + skipping (first epoch)"]
+        == (uncertain.rollouts_per_spread_row["uniform"]["refill"])
+    )
+    assert uncertain.flat_share_keep["uniform"] == pytest.approx(
+        1 - mixed_group_probability(np.array(rates), 8, 8).mean()
+    )
+    payload = uncertain.to_json()
+    assert payload["settings"]["pass_rate_samples"] == 8 and "Refill gives" in payload["spending_rule"]
+    main([str(DEMO_PASS_RATES), "--pass_rate_samples", "8", "--preview_dir", str(tmp_path)])
+    assert "Groups without spread under keep, in the same model: coba" in capsys.readouterr().out

@@ -42,16 +42,22 @@ def spread_chance(successes, rollouts, group_size: int, prior: tuple[float, floa
 
 
 def population_prior(successes, rollouts) -> tuple[float, float]:
-    """A Beta(a, b) prior fitted to the observed pass rates S_i / N_i of the prompts with rollouts by the method of
-    moments (mean m, variance v: a + b = m (1 - m) / v - 1), its strength a + b kept within [0.5, 50]; uniform while
-    fewer than two prompts have rollouts or all have one rate."""
+    """A Beta(a, b) prior fitted to the prompts with rollouts by the beta-binomial method of moments.
+
+    The observed rates S_i / N_i vary more than the pass rates do, by the binomial noise of N_i samples: with mean m,
+    Var(S_i / N_i) = Var(p) + (m (1 - m) - Var(p)) E[1 / N_i], so Var(p) = (v - m (1 - m) E[1 / N]) / (1 - E[1 / N])
+    from the observed variance v, and a + b = m (1 - m) / Var(p) - 1, kept within [0.5, 50]. The mean is the pooled
+    rate with one pseudo-success and one pseudo-failure, so prompts that all failed (or all succeeded) give a strong
+    prior near 0 (or 1), not a point mass. Uniform while fewer than two prompts have rollouts."""
     successes, rollouts = np.asarray(successes, dtype=np.float64), np.asarray(rollouts, dtype=np.float64)
     seen = rollouts > 0
     if seen.sum() < 2:
         return DEFAULT_PRIOR
     rates = successes[seen] / rollouts[seen]
-    mean, variance = float(rates.mean()), float(rates.var())
-    if variance <= 0 or not 0 < mean < 1:
-        return DEFAULT_PRIOR
-    strength = float(np.clip(mean * (1 - mean) / variance - 1, MIN_STRENGTH, MAX_STRENGTH))
+    mean = float((successes[seen].sum() + 1) / (rollouts[seen].sum() + 2))
+    noise = float(np.mean(1.0 / rollouts[seen]))  # E[1 / N]: 1 when every prompt was seen once
+    spread = mean * (1 - mean)
+    variance = (float(rates.var()) - spread * noise) / (1 - noise) if noise < 1 else 0.0
+    variance = max(variance, spread / (MAX_STRENGTH + 1))
+    strength = float(np.clip(spread / variance - 1, MIN_STRENGTH, MAX_STRENGTH))
     return mean * strength, (1 - mean) * strength

@@ -1,0 +1,79 @@
+"""Smoke runs of the spending benchmarks (`--quick`: a tiny model, a warm start of 10 steps), and the figures they
+report recomputed from what they wrote."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from scripts.benchmarks import load_benchmark
+
+from coba_trl.rounds.log import read_rounds
+
+ROOT = Path(__file__).resolve().parents[1]
+ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+
+
+def run(script: str, *argv: str) -> subprocess.CompletedProcess:
+    command = [sys.executable, str(ROOT / "benchmarks" / script), *argv]
+    result = subprocess.run(command, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result
+
+
+@pytest.mark.slow
+def test_the_savings_benchmark_writes_each_arms_counts_and_the_limit(tmp_path):
+    arms = ["grpo", "dapo", "knapsack_pilot_spread"]
+    out = tmp_path / "savings.json"
+    run("rollout_savings.py", "--regime", "hard", "--quick", "--max-steps", "2", "--arms", *arms,
+        "--json", str(out), "--output-dir", str(tmp_path / "runs"))  # fmt: skip
+    records = json.loads(out.read_text())
+    keys = {"arm", "generated", "rows_trained", "rows_with_spread", "generated_per_row_with_spread"}
+    assert [record["arm"] for record in records] == [*arms, "limit"]
+    assert all(set(record) == keys for record in records)
+    for record in records[:-1]:
+        assert read_rounds(tmp_path / "runs" / record["arm"])  # each arm trained and logged its rounds
+        if record["rows_with_spread"]:
+            assert record["generated_per_row_with_spread"] == pytest.approx(
+                record["generated"] / record["rows_with_spread"]
+            )
+    assert records[-1]["generated_per_row_with_spread"] >= 1.0
+
+
+@pytest.mark.slow
+def test_the_preview_calibration_compares_the_preview_with_the_first_epoch_it_logged(tmp_path):
+    bench = load_benchmark("preview_calibration")
+    run("preview_calibration.py", "--regime", "hard", "--quick", "--output-dir", str(tmp_path))
+    for name in ("pass_rates.parquet", "allocation_preview.json", "calibration.json"):
+        assert (tmp_path / name).exists()
+    calibration = json.loads((tmp_path / "calibration.json").read_text())
+    preview = json.loads((tmp_path / "allocation_preview.json").read_text())
+    assert preview["settings"]["pass_rate_samples"] == 8
+    predicted = {
+        (row["allocator"], row["mode"]): row["generated_per_trained_row_with_spread"]
+        for row in preview["rollouts_per_trained_row_with_spread"]
+    }
+    for arm, mode in bench.ARMS.items():
+        row = calibration["arms"][arm]
+        assert row["predicted"] == predicted[("uniform", mode)]
+        measured = bench.epoch_figures(read_rounds(tmp_path / arm), calibration["prompts"])
+        assert {key: row[key] for key in measured} == measured
+        assert measured["groups"] <= calibration["prompts"]  # the first epoch's visits only
+
+
+def test_the_first_epochs_figures_count_the_groups_of_its_first_visits_skipped_ones_included():
+    bench = load_benchmark("preview_calibration")
+    records = [
+        {"prompt_ids": ["a", "b"], "skipped_prompts": [], "group_sizes": [8, 8], "successes": [0, 4],
+         "scored_rollouts": [8, 8], "refills": [
+             {"prompt_ids": ["c"], "skipped_prompts": ["d"], "group_sizes": [8], "successes": [8], "scored_rollouts": [8]},
+         ]},
+        {"prompt_ids": ["e"], "skipped_prompts": [], "group_sizes": [8], "successes": [3], "scored_rollouts": [8]},
+    ]  # fmt: skip
+    figures = bench.epoch_figures(records, 5)  # a, b, c, d (skipped), e: the fifth visit is in the epoch
+    assert (figures["groups"], figures["generated"], figures["rows_with_spread"]) == (4, 32, 16)
+    assert figures["generated_per_row_with_spread"] == 2.0 and figures["flat_share"] == 0.5
+    assert figures["first_round_flat_share"] == 0.5
+    assert bench.epoch_figures(records, 4)["groups"] == 3
