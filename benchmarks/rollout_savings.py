@@ -49,25 +49,17 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from studies.rollout_savings import ARMS as STUDY_ARMS  # noqa: E402
+from studies.rollout_savings_hard import ARMS as STUDY_6_ARMS  # noqa: E402
 
-# Beside the study's six: the allocators alone and with refill and skipping, and GRESO's skipping tuned towards 1% of
-# groups without spread (GRESO's default target, 25%, lies above the demo's zero-spread share, about 9% of GRPO's
-# groups, so there its tuning makes skipping rarer, not more frequent).
+# Beside study 5's six: study 6's (the allocators with and without refill and skipping, skipping by the chance of
+# a group with spread), then exploratory ones: GRESO's skipping tuned towards 1% of groups without spread (GRESO's
+# default target, 25%, lies above the demo's zero-spread share, about 9% of GRPO's groups, so there its tuning makes
+# skipping rarer), refill without skipping, and a pilot phase with Knapsack-RL or with skipping by chance of spread.
 EXTRA_ARMS: dict[str, dict] = {
+    **{arm: settings for arm, settings in STUDY_6_ARMS.items() if arm not in STUDY_ARMS},
     "greso_eager": {**STUDY_ARMS["greso"], "skip_target_zero_spread": 0.01},
-    "knapsack": {"budget_allocator": "knapsack"},
     "knapsack_refill": {"budget_allocator": "knapsack", "zero_variance_groups": "refill"},
-    "coba": {"budget_allocator": "coba"},
     "coba_refill": {"budget_allocator": "coba", "zero_variance_groups": "refill"},
-    "coba_skip": {"budget_allocator": "coba", "zero_variance_groups": "refill", "skip_settled_prompts": True},
-    # Skipping by the chance of a group with spread (a Beta posterior over each prompt's pass rate), and a pilot of
-    # min_generations completions before the rest of each batch's budget is allocated (two phases).
-    "dapo_spread": {
-        "budget_allocator": "uniform",
-        "zero_variance_groups": "refill",
-        "skip_settled_prompts": True,
-        "skip_rule": "spread_chance",
-    },
     "knapsack_pilot": {"budget_allocator": "knapsack", "two_phase_rounds": True, "zero_variance_groups": "refill"},
     "knapsack_pilot_spread": {
         "budget_allocator": "knapsack",
@@ -76,10 +68,7 @@ EXTRA_ARMS: dict[str, dict] = {
         "skip_settled_prompts": True,
         "skip_rule": "spread_chance",
     },
-    "coba_pilot_spread": {
-        **STUDY_ARMS["coba_pilot"],
-        "skip_rule": "spread_chance",
-    },
+    "coba_pilot_spread": {**STUDY_ARMS["coba_pilot"], "skip_rule": "spread_chance"},
 }
 ARMS = {**STUDY_ARMS, **EXTRA_ARMS}
 

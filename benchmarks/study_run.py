@@ -79,7 +79,8 @@ def pilot_path(output_dir: str, arm: str, seed: int, warm_seed: int = 0, legacy:
 
 
 def problem_sets(protocol: dict):
-    """Training prompts, held-out problems and warm-start stream; `protocol["levels"]` keeps only those levels.
+    """Training prompts, held-out problems and warm-start stream; `protocol["operands"]` sets the digits summed at each
+    level, `protocol["levels"]` keeps only those levels of the demo's.
 
     A level subset is drawn from the demo's sets scaled up by 5 / len(levels) and filtered, so held-out and training
     questions stay disjoint and the kept levels stay evenly mixed.
@@ -88,8 +89,9 @@ def problem_sets(protocol: dict):
 
     levels = protocol.get("levels")
     sizes = [protocol[key] for key in ("num_train_prompts", "num_heldout", "num_warm_start_problems")]
-    if levels is None:
-        return demo_problem_sets(*sizes, seed=protocol["data_seed"])
+    if levels is None:  # `protocol["operands"]`: the digits summed at each level (a regime's mix; the demo's default)
+        operands = tuple(protocol.get("operands", DIFFICULTY_LEVELS))
+        return demo_problem_sets(*sizes, seed=protocol["data_seed"], operands_per_level=operands)
     scale = -(-len(DIFFICULTY_LEVELS) // len(levels))
     sets = demo_problem_sets(*(size * scale for size in sizes), seed=protocol["data_seed"])
     return tuple([p for p in problems if p.level in levels][:size] for problems, size in zip(sets, sizes, strict=True))

@@ -87,6 +87,29 @@ def test_study_5_is_study_4s_demo_regime_with_more_warm_starts_and_the_budget_ru
     assert len(studies.units(ours)) == 10
 
 
+def test_study_6_is_study_5_on_the_hard_regime_with_one_rl_seed_and_the_benchmarks_arms(tmp_path):
+    from coba_trl.demo.config import regime_arguments
+
+    studies = load_benchmark("studies")
+    study, study5 = studies.load_study("rollout_savings_hard"), studies.load_study("rollout_savings")
+    ours, theirs = {**study.protocol, **study.regimes["hard"]}, {**study5.protocol, **study5.regimes["demo"]}
+    changed = {key for key in ours.keys() | theirs.keys() if ours.get(key) != theirs.get(key)}
+    assert changed == {"description", "operands", "num_train_prompts", "seeds"}
+    _, hard = regime_arguments("hard")  # the hard regime's recipe
+    assert (ours["operands"], ours["num_train_prompts"]) == (hard.demo_operands, hard.demo_num_train_prompts)
+    assert ours["warm_start_steps"] == hard.demo_warm_start_steps and len(studies.units(ours)) == 5
+    assert len(study.comparisons) == 17 and study.unit == "warm_start"
+    bench = load_benchmark("rollout_savings")
+    assert all(bench.ARMS[arm] == settings for arm, settings in study.arms.items())  # the benchmark's arms
+    study_run = load_benchmark("study_run")
+    args = {arm: study_run.training_args(ours, study.arms, arm, 0, str(tmp_path)) for arm in study.arms}
+    assert (
+        args["knapsack_spread"].skip_rule == "spread_chance" and args["dapo_spread"].zero_variance_groups == "refill"
+    )
+    train = study_run.problem_sets(ours)[0]
+    assert len(train) == 128 and {len(p.question.split("+")) for p in train} == {2, 20, 24, 28, 32}
+
+
 def test_study_5_arms_reach_the_trainer_config(tmp_path):
     from coba_trl import CoBAConfig
 
