@@ -325,6 +325,40 @@ def limit_lines(rows: list[dict]) -> list[str]:
     return lines
 
 
+def waste_breakdown(arm_dir: str) -> dict[str, int]:
+    """Where an arm's completions without gradient went: the rows of its groups without a spread of successes, by
+    the pass rate the allocator saw for the prompt (`unseen`, `0`, `mid` in (0, 1), `1`), from its allocation log;
+    `pilot` counts, with two phases, the screening rows of prompts whose whole group stayed flat."""
+    from coba_trl.rounds.log import read_rounds
+
+    waste = dict.fromkeys(("unseen", "0", "mid", "1"), 0)
+    for record in read_rounds(arm_dir):
+        for batch in [record, *record.get("refills", [])]:
+            rows = zip(
+                batch["group_sizes"], batch["successes"], batch["scored_rollouts"], batch["pass_rates"], strict=True
+            )
+            for size, wins, tries, rate in rows:
+                if not 0 < wins < tries:
+                    kind = "unseen" if rate is None else "0" if rate == 0 else "1" if rate == 1 else "mid"
+                    waste[kind] += size
+    return waste
+
+
+def waste_lines(results: list[dict], output_dir: str) -> list[str]:
+    """`waste_breakdown` of each arm, as the printed table (rows without spread per trained row with spread)."""
+    lines = [
+        "| arm | rows without spread | unseen prompt | pass rate 0 | pass rate in (0, 1) | pass rate 1 | per row with spread |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for result in results:
+        waste = waste_breakdown(os.path.join(output_dir, result["arm"]))
+        total = sum(waste.values())
+        rows = result["rows_with_spread"] or 0
+        shares = " | ".join(f"{waste[kind]:,}" for kind in ("unseen", "0", "mid", "1"))
+        lines.append(f"| `{result['arm']}` | {total:,} | {shares} | {total / rows:.3f} |" if rows else "")
+    return lines
+
+
 def json_records(results: list[dict], limit: float | None) -> list[dict]:
     """What `--json` writes: one object per arm with its counts and generated per trained row with spread, and one
     whose `arm` is "limit" (`limit_rows`' oracle over every epoch; None without a `grpo` arm to read it from)."""
@@ -347,6 +381,7 @@ def report(results: list[dict], options, prompts_per_epoch: int) -> None:
     from coba_trl.demo.config import regime_arguments
 
     print("\n".join(table(results)))
+    print("\n".join(waste_lines(results, options.output_dir)))
     limit = None
     if any(result["arm"] == "grpo" for result in results):
         group_size = regime_arguments(options.regime)[0]["num_generations"]
