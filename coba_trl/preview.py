@@ -157,10 +157,10 @@ def spending_rule(flat_share: float) -> str:
     """The rule of thumb for a share of groups without spread under keep (docs/spending.md)."""
     if flat_share >= FLAT_SHARE_FOR_REFILL:
         return (
-            f"{flat_share:.0%} of groups have no spread under keep (at least {FLAT_SHARE_FOR_REFILL:.0%}): every such "
-            "group is a training batch's worth of rows without gradient. Refill gives every trained row a gradient; "
-            "skipping and a pilot (two_phase_rounds with CoBA or Knapsack-RL) cut what it costs from the second "
-            "epoch on."
+            f"{flat_share:.0%} of groups have no spread under keep (at least {FLAT_SHARE_FOR_REFILL:.0%}): their rows "
+            "train without gradient. The allocator saves most (Knapsack-RL gives the prompts likely to be flat the "
+            "fewest completions); refill gives every trained row a gradient, and skipping cuts what refill costs "
+            "once prompts have a history (from the second epoch on)."
         )
     return (
         f"{flat_share:.0%} of groups have no spread under keep (below {FLAT_SHARE_FOR_REFILL:.0%}): refill and "

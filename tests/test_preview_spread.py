@@ -148,6 +148,6 @@ def test_with_the_samples_behind_each_pass_rate_a_prompt_that_went_0_of_k_can_st
         1 - mixed_group_probability(np.array(rates), 8, 8).mean()
     )
     payload = uncertain.to_json()
-    assert payload["settings"]["pass_rate_samples"] == 8 and "Refill gives" in payload["spending_rule"]
+    assert payload["settings"]["pass_rate_samples"] == 8 and "The allocator saves most" in payload["spending_rule"]
     main([str(DEMO_PASS_RATES), "--pass_rate_samples", "8", "--preview_dir", str(tmp_path)])
     assert "Groups without spread under keep, in the same model: coba" in capsys.readouterr().out

@@ -488,3 +488,14 @@ def test_skipping_by_the_chance_of_spread_skips_settled_prompts_only_and_saves_r
     refill, _ = skipping_runs["refill"]
     per_row = trainer.rollouts_generated / sum(_logged(trainer, "coba/rows_with_spread"))
     assert per_row < refill.rollouts_generated / sum(_logged(refill, "coba/rows_with_spread"))
+
+
+def test_skipping_by_the_chance_of_spread_agrees_on_two_processes(tmp_path):
+    (tmp_path / "spread").mkdir()
+    results = run_ranks(SCRIPT, tmp_path / "spread", "refill-spread")
+    assert results[0]["history"] == results[1]["history"]
+    for result in results:  # each process trains 8 of the round's 16 rows
+        assert all(len(batch["advantages"]) == 8 for batch in result["batches"])
+    records = read_rounds(tmp_path / "spread")
+    skipped = [uid for record in records for uid in _visited(record) if uid not in _drawn(record)]
+    assert skipped and all(settled(uid) for uid in skipped)

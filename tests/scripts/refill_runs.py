@@ -104,6 +104,7 @@ MODES = {
     "refill": {},
     "refill-skip": {"skip_settled_prompts": True, "max_steps": 12},
     "refill-two-phase": {"two_phase_rounds": True, "min_generations": 2},
+    "refill-spread": {"skip_settled_prompts": True, "skip_rule": "spread_chance", "max_steps": 12},
     "resume": {"steps_per_generation": 2, "save_strategy": "steps", "save_steps": 1, "skip_settled_prompts": True},
 }
 
