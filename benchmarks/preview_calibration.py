@@ -86,34 +86,21 @@ def visits_so_far(output_dir: str) -> int:
 
 def train_first_epoch(arm: str, regime: str, output_dir: str, warm_state, tokenizer, train, quick: bool) -> None:
     """`arm` of `rollout_savings.py` from the warm start, until the end of the round that completes the epoch."""
-    from rollout_savings import arm_config, regime_demo
+    from types import SimpleNamespace
+
+    from rollout_savings import arm_trainer
     from study_budget import ends_a_round
     from transformers import TrainerCallback
-    from transformers.trainer_callback import PrinterCallback
-
-    from coba_trl import CoBAGRPOTrainer
-    from coba_trl.demo.model import build_demo_model
-    from coba_trl.demo.task import to_prompt_dataset
-    from coba_trl.rewards import dapo_accuracy_reward
 
     class EpochStop(TrainerCallback):
         def on_step_end(self, args, state, control, **kwargs):
             if ends_a_round(args, state.global_step) and visits_so_far(args.output_dir) >= len(train):
                 control.should_training_stop = True
 
-    args = arm_config(arm, output_dir, None, 0, False, regime)
-    model, _ = build_demo_model(regime_demo(regime, quick), 0)
-    model.load_state_dict(warm_state)
-    trainer = CoBAGRPOTrainer(
-        model=model,
-        reward_funcs=[dapo_accuracy_reward],
-        args=args,
-        train_dataset=to_prompt_dataset(train),
-        processing_class=tokenizer,
-        callbacks=[EpochStop()],
+    options = SimpleNamespace(
+        regime=regime, output_dir=output_dir, max_steps=None, seed=0, use_vllm=False, quick=quick
     )
-    trainer.remove_callback(PrinterCallback)
-    trainer.train()
+    arm_trainer(arm, options, warm_state, tokenizer, train, callbacks=[EpochStop()]).train()
 
 
 def main(argv: list[str] | None = None) -> int:

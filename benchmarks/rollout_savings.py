@@ -158,10 +158,10 @@ def logged_sum(log_history: list[dict], key: str) -> float | None:
     return sum(values) if values else None
 
 
-def train_arm(arm: str, options, warm_state: dict, tokenizer, train) -> dict:
-    """One arm from the warm start; its counts and wall time."""
+def arm_trainer(arm: str, options, warm_state: dict, tokenizer, train, callbacks=()):
+    """The arm's trainer on the regime's prompts, from the warm start (`options`: regime, output_dir, max_steps, seed,
+    use_vllm, quick), with the log printer removed and `callbacks` added."""
     import torch
-    from study_budget import GeneratedRolloutBudget
     from transformers.trainer_callback import PrinterCallback
 
     from coba_trl import CoBAGRPOTrainer
@@ -182,8 +182,17 @@ def train_arm(arm: str, options, warm_state: dict, tokenizer, train) -> dict:
         args=args,
         train_dataset=to_prompt_dataset(train),
         processing_class=tokenizer,
+        callbacks=list(callbacks),
     )
     trainer.remove_callback(PrinterCallback)
+    return trainer
+
+
+def train_arm(arm: str, options, warm_state: dict, tokenizer, train) -> dict:
+    """One arm from the warm start; its counts and wall time."""
+    from study_budget import GeneratedRolloutBudget
+
+    trainer = arm_trainer(arm, options, warm_state, tokenizer, train)
     if options.stop_at_generated_rollouts:
         trainer.add_callback(
             GeneratedRolloutBudget(options.stop_at_generated_rollouts, lambda: trainer.rollouts_generated)
@@ -347,7 +356,8 @@ def waste_breakdown(arm_dir: str) -> dict[str, int]:
 def waste_lines(results: list[dict], output_dir: str) -> list[str]:
     """`waste_breakdown` of each arm, as the printed table (rows without spread per trained row with spread)."""
     lines = [
-        "| arm | rows without spread | unseen prompt | pass rate 0 | pass rate in (0, 1) | pass rate 1 | per row with spread |",
+        "| arm | rows without spread | unseen prompt | pass rate 0 | pass rate in (0, 1) | pass rate 1 | without spread per "
+        "row with spread |",
         "|---|---|---|---|---|---|---|",
     ]
     for result in results:

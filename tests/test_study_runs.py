@@ -110,7 +110,7 @@ def test_study_4_units_record_small_json_and_the_report_regenerates_byte_for_byt
     assert "over the 2 warm starts (t with 1 degree of freedom)" in report and "re-analysis" not in report
 
 
-@pytest.mark.parametrize("name", ["phases", "warm_starts", "rollout_savings"])
+@pytest.mark.parametrize("name", ["phases", "warm_starts", "rollout_savings", "rollout_savings_hard"])
 def test_committed_raw_results_regenerate_the_report_byte_for_byte(tmp_path, name):
     study = load_benchmark("studies").load_study(name)
     root = os.path.join(os.path.dirname(__file__), "..")
