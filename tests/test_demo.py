@@ -89,6 +89,9 @@ def test_a_flagged_run_gets_a_folder_named_after_its_flags():
     )
     long = flagged_output_dir({f"field_{i}": "value" * 5 for i in range(10)})
     assert len(os.path.basename(long)) == LONGEST_FOLDER_NAME and long != flagged_output_dir({"field_0": "other"})
+    assert flagged_output_dir({"skip_settled_prompts": True}, "outputs/cpu_demo_hard/") == (
+        "outputs/cpu_demo_hard-skip_settled_prompts_true"  # a recipe's folder, a flag as typed
+    )
 
 
 def test_a_finished_run_is_kept_unless_overwriting_is_asked_for(tmp_path):

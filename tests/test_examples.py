@@ -120,6 +120,16 @@ def test_a_flagged_demo_writes_to_its_own_folder_and_save_steps_alone_saves():
     assert args.output_dir == "outputs/run"  # a resumed run writes next to its checkpoint
 
 
+def test_flags_on_a_recipe_write_beside_the_recipes_folder_not_into_it():
+    script = load_script()
+    hard = ["--config", str(ROOT / "recipes" / "cpu_demo_hard.yaml")]
+    assert script.parse(hard)[1].output_dir == "outputs/cpu_demo_hard"
+    assert script.parse([*hard, "--max_steps", "100"])[1].output_dir == "outputs/cpu_demo_hard"  # the recipe's value
+    _, args, _, _ = script.parse([*hard, "--budget_allocator", "uniform"])
+    assert (args.output_dir, args.max_steps) == ("outputs/cpu_demo_hard-budget_allocator_uniform", 100)
+    assert script.parse([*hard, "--budget_allocator", "uniform", "--output_dir", "x"])[1].output_dir == "x"
+
+
 def test_the_demo_refuses_to_replace_a_finished_run_or_run_no_steps(tmp_path):
     script = load_script()
     (tmp_path / "demo_summary.json").write_text("{}")

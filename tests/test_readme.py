@@ -16,6 +16,7 @@ import shlex
 from pathlib import Path
 
 import pytest
+import yaml
 
 from coba_trl.demo.flags import flagged_output_dir
 
@@ -164,8 +165,9 @@ def test_readme_shell_command_runs(command, workdir, monkeypatch, capsys):
     if "--budget_allocator" in command:  # a flagged run writes to a folder named after its flags, not outputs/cpu_demo
         flags = shlex.split(command)[2:]
         changed = {flag.removeprefix("--"): value for flag, value in zip(flags[::2], flags[1::2], strict=True)}
-        folder = flagged_output_dir(changed)
-        assert folder != "outputs/cpu_demo" and f"output: {folder}" in out
+        recipe = yaml.safe_load(Path(changed["config"]).read_text()) if "config" in changed else {}
+        folder = flagged_output_dir(changed, recipe.get("output_dir", "outputs/cpu_demo"))
+        assert folder not in ("outputs/cpu_demo", recipe.get("output_dir")) and f"output: {folder}" in out
     if "--resume_from_checkpoint" in command:  # the resumed run ends where the uninterrupted one did
         summaries = [
             json.loads(Path(f"outputs/{name}/demo_summary.json").read_text())

@@ -29,20 +29,24 @@ LONGEST_FOLDER_NAME = 120
 
 
 def _slug(value) -> str:
+    if isinstance(value, bool):  # as typed on the command line: --skip_settled_prompts true
+        return str(value).lower()
     text = "_".join(map(str, value)) if isinstance(value, list | tuple) else str(value)
     return re.sub(r"[^A-Za-z0-9.]+", "_", text).strip("_") or "none"
 
 
-def flagged_output_dir(changed: dict[str, object]) -> str:
-    """The folder of a demo run whose flags changed the fields `changed` (name -> value, in the order given)."""
+def flagged_output_dir(changed: dict[str, object], base: str = DEMO_OUTPUT_DIR) -> str:
+    """The folder of a demo run whose flags changed the fields `changed` (name -> value, in the order given) from
+    the run that writes to `base` (the demo's folder, or a recipe's)."""
     parts = [f"{name}_{_slug(value)}" for name, value in changed.items() if name not in PLACEMENT_FIELDS]
     if not parts:
-        return DEMO_OUTPUT_DIR
-    name = "-".join([os.path.basename(DEMO_OUTPUT_DIR), *parts])
+        return base
+    base = os.path.normpath(base)
+    name = "-".join([os.path.basename(base), *parts])
     if len(name) > LONGEST_FOLDER_NAME:
         digest = hashlib.sha1(name.encode()).hexdigest()[:8]
         name = f"{name[: LONGEST_FOLDER_NAME - 9]}-{digest}"
-    return os.path.join(os.path.dirname(DEMO_OUTPUT_DIR), name)
+    return os.path.join(os.path.dirname(base), name)
 
 
 def check_output_dir(output_dir: str, overwrite: bool) -> None:
