@@ -47,8 +47,7 @@ def epoch_figures(records: list[dict], prompts: int) -> dict:
     groups, visits = [], 0
     for record in records:
         for batch in [record, *record.get("refills", [])]:
-            for _ in batch.get("skipped_prompts", []):
-                visits += 1
+            visits += len(batch.get("skipped_prompts", []))
             for size, wins, tries in zip(
                 batch["group_sizes"], batch["successes"], batch["scored_rollouts"], strict=True
             ):

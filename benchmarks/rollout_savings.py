@@ -336,8 +336,8 @@ def limit_lines(rows: list[dict]) -> list[str]:
 
 def waste_breakdown(arm_dir: str) -> dict[str, int]:
     """Where an arm's completions without gradient went: the rows of its groups without a spread of successes, by
-    the pass rate the allocator saw for the prompt (`unseen`, `0`, `mid` in (0, 1), `1`), from its allocation log;
-    `pilot` counts, with two phases, the screening rows of prompts whose whole group stayed flat."""
+    the pass rate the allocator saw for the prompt (`unseen`, `0`, `mid` in (0, 1), `1`; with two phases, the rate
+    after the pilot), from its allocation log."""
     from coba_trl.rounds.log import read_rounds
 
     waste = dict.fromkeys(("unseen", "0", "mid", "1"), 0)
@@ -365,7 +365,8 @@ def waste_lines(results: list[dict], output_dir: str) -> list[str]:
         total = sum(waste.values())
         rows = result["rows_with_spread"] or 0
         shares = " | ".join(f"{waste[kind]:,}" for kind in ("unseen", "0", "mid", "1"))
-        lines.append(f"| `{result['arm']}` | {total:,} | {shares} | {total / rows:.3f} |" if rows else "")
+        per_row = f"{total / rows:.3f}" if rows else "none"
+        lines.append(f"| `{result['arm']}` | {total:,} | {shares} | {per_row} |")
     return lines
 
 

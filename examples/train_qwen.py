@@ -5,8 +5,8 @@ Without --model_name_or_path this runs the offline CPU demo, and every flag adju
 locally is warm-started on sums of 3 to 7 single digits, then trained with CoBAGRPOTrainer and the DAPO accuracy
 reward (2 to 3 minutes on 2 idle CPU cores, no network). The defaults below are the demo's (recipes/cpu_demo.yaml).
 The demo writes to outputs/cpu_demo; with flags and no --output_dir, to a folder named after the flags
-(outputs/cpu_demo-budget_allocator_knapsack-max_steps_40 below; after a recipe's output_dir, for flags on top of it). It never replaces a finished run's results unless
---overwrite_output_dir is given. --save_steps N saves a checkpoint every N steps, and --resume_from_checkpoint
+(outputs/cpu_demo-budget_allocator_knapsack-max_steps_40 below; flags on a recipe: after the recipe's output_dir).
+It never replaces a finished run's results unless --overwrite_output_dir is given. --save_steps N saves a checkpoint every N steps, and --resume_from_checkpoint
 continues from one (no second warm start; `true`: the latest complete one in the output folder). With
 --model_name_or_path (a Hub id or a local directory) the defaults are TRL's GRPOConfig defaults (bf16, output_dir
 trainer_output, ...), as in any TRL script.
@@ -264,16 +264,17 @@ def parse(argv: list[str]) -> tuple[ScriptArguments, CoBAConfig, ModelConfig, De
     if "output_dir" in flags:
         return parsed
     checkpoint = parsed[1].resume_from_checkpoint
-    recipe = settings_from_config(argv)
-    defaults = make_parser()
-    defaults.set_defaults_with_config(**DEMO_TRAINING_ARGS, **DEMO_MODEL_ARGS)
     if checkpoint and not resumes_latest(checkpoint):
         output_dir = os.path.dirname(os.path.normpath(checkpoint))
-    elif "output_dir" in recipe:  # a recipe's folder, named further after the flags that change the recipe
-        baseline = defaults.parse_args_and_config(args=["--config", config_path(argv)])
-        output_dir = flagged_output_dir(changed_fields(parsed, baseline, flags), recipe["output_dir"])
     else:
-        output_dir = flagged_output_dir(changed_fields(parsed, defaults.parse_args_and_config(args=[]), given))
+        recipe = settings_from_config(argv)
+        defaults = make_parser()
+        defaults.set_defaults_with_config(**DEMO_TRAINING_ARGS, **DEMO_MODEL_ARGS)
+        if "output_dir" in recipe:  # a recipe's folder, named further after the flags that change the recipe
+            baseline = defaults.parse_args_and_config(args=["--config", config_path(argv)])
+            output_dir = flagged_output_dir(changed_fields(parsed, baseline, flags), recipe["output_dir"])
+        else:
+            output_dir = flagged_output_dir(changed_fields(parsed, defaults.parse_args_and_config(args=[]), given))
     if output_dir == parsed[1].output_dir:
         return parsed
     return parser.parse_args_and_config(args=[*argv, "--output_dir", output_dir])  # over a recipe's output_dir too
