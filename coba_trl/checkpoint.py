@@ -1,16 +1,11 @@
-"""What a checkpoint carries besides TRL's files (`coba_state.json`, written atomically), and when it is complete.
+"""The files a CoBA checkpoint adds to TRL's, written so that a save cut short never passes for a complete one.
 
-Two calls: `saving` wraps TRL's save, `restore` reads a checkpoint back into the round runner
-(`coba_trl.rounds.runner.RoundRunner`). Besides TRL's own files a CoBA checkpoint holds what the next allocations
-depend on: the allocator (F_t window -> alpha_t, beta_t), the pass-rate history p_i, TRL's micro-step counter (not
-checkpointed by TRL, so a resumed run would otherwise put its round boundaries in the wrong place), the plan of the
-round in progress, what the run generated and trained so far and, for rounds that draw their prompts (refill,
-skipping), the round source's cursor and the skip state, and the batch layout (`batch_layout`). A checkpoint saved
-inside a round also holds each process's rows not yet trained (`coba_rows_<rank>.pt`), which a run resumed with the
-same layout trains on; without them it regenerates that round with the same group sizes for the same prompts,
-without observing it a second time (docs/training.md, "Checkpoints and exact resume"). A run resumed with another
-layout (processes, batch size, steps per generation, ...) never trains the saved rows: it regenerates the round for
-its own layout where TRL's dataloader resumes, as GRPOTrainer does.
+This module only writes and reads files; what they hold is the round runner's (`coba_trl.rounds.runner.RoundRunner`,
+`state_dict` / `resume`). `saving` wraps TRL's save: it writes the runner's state to `coba_state.json` (atomically)
+and, in a checkpoint saved inside a round, each process's rows not yet trained to `coba_rows_<rank>.pt`. A save owns
+its folder: whatever an earlier save into the same folder left there is removed first, so rows saved by a run with
+another number of processes can never be read back with this run's state (docs/training.md, "Checkpoints and exact
+resume").
 
 A checkpoint is complete once `coba_complete.json` is in it (written after every process has saved): it lists each
 file with its size, so a file cut short, or missing, shows. TRL's deletion of older checkpoints (`save_total_limit`)
@@ -29,19 +24,17 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import os
 import re
+import shutil
 import tempfile
 from collections.abc import Callable
 from contextlib import contextmanager
 
-import numpy as np
 import torch
 from safetensors import safe_open
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
 
-from coba_trl.allocation.history import prompt_id_from_json
 from coba_trl.distributed import shared_call
 
 STATE_FILE = "coba_state.json"
@@ -51,23 +44,6 @@ COMPLETE_FILE = "coba_complete.json"  # written last: the checkpoint's files and
 TRAINER_STATE_FILE = "trainer_state.json"  # transformers' TRAINER_STATE_NAME, the last file its save writes
 
 logger = logging.getLogger(__name__)
-
-
-def encode_round(prompt_ids: list, group_sizes, pass_rates) -> dict:
-    """A round plan as plain JSON (NaN pass rates, i.e. unseen prompts, as null)."""
-    return {
-        "prompt_ids": list(prompt_ids),
-        "group_sizes": [int(size) for size in group_sizes],
-        "pass_rates": [None if math.isnan(rate) else float(rate) for rate in pass_rates],
-    }
-
-
-def decode_round(saved: dict, prompt_ids: list) -> tuple[np.ndarray, np.ndarray] | None:
-    """The (group sizes, pass rates) of a saved round plan when it is the plan for `prompt_ids`, else None."""
-    if [prompt_id_from_json(i) for i in saved["prompt_ids"]] != list(prompt_ids):
-        return None
-    pass_rates = np.array([np.nan if rate is None else rate for rate in saved["pass_rates"]], dtype=np.float64)
-    return np.asarray(saved["group_sizes"], dtype=np.int64), pass_rates
 
 
 ROWS_FILE = "coba_rows_{rank}.pt"  # a process's generated rows not yet trained, in a checkpoint saved inside a round
@@ -81,15 +57,10 @@ def save_buffered_rows(directory: str, rank: int, batches: list[dict]) -> None:
 
 
 def load_buffered_rows(directory: str, rank: int, num_processes: int) -> list[dict] | None:
-    """Process `rank`'s saved rows, or None when the checkpoint has none for this number of processes (a checkpoint
-    saved at a round's end, by an earlier coba-trl, or with another number of processes): the round is regenerated."""
+    """Process `rank`'s saved rows, or None when the checkpoint has none for `num_processes` processes (a checkpoint
+    saved at a round's end, by an earlier coba-trl, or with another number of processes)."""
     names = {name for name in os.listdir(directory) if re.fullmatch(r"coba_rows_\d+\.pt", name)}
     if names != {ROWS_FILE.format(rank=r) for r in range(num_processes)}:
-        if names:
-            logger.warning(
-                f"{directory} holds the rows of a round in progress saved by {len(names)} process(es), not "
-                f"{num_processes}: the round is generated again."
-            )
         return None
     return torch.load(os.path.join(directory, ROWS_FILE.format(rank=rank)), map_location="cpu", weights_only=True)
 
@@ -121,12 +92,11 @@ def save_state(directory: str, state: dict) -> None:
 
 
 def start_checkpoint(directory: str, state: dict) -> None:
-    """Begin a checkpoint save into `directory`: drop what would make a half-rewritten folder look complete (the
-    marker and `trainer_state.json` of an earlier save into the same folder, which this save replaces), then write
-    the CoBA state."""
-    for name in (COMPLETE_FILE, TRAINER_STATE_FILE):
-        if os.path.exists(os.path.join(directory, name)):
-            os.remove(os.path.join(directory, name))
+    """Begin a checkpoint save into `directory`: the save owns its folder, so whatever an earlier save into the same
+    folder left there (another run's marker, `trainer_state.json`, or rows of its round in progress saved by another
+    number of processes) is removed first; then the CoBA state is written."""
+    if os.path.isdir(directory):
+        shutil.rmtree(directory)
     save_state(directory, {**state, MARKED_KEY: True})
 
 
@@ -251,21 +221,6 @@ def load_state(directory: str) -> dict | None:
     return {**state, "version": version}
 
 
-# What a process's saved rows of a round depend on: a resume with other values regenerates the round.
-LAYOUT_FIELDS = (
-    "per_device_train_batch_size",
-    "steps_per_generation",
-    "num_iterations",
-    "gradient_accumulation_steps",
-    "num_generations",
-)
-
-
-def batch_layout(args, num_processes: int) -> dict:
-    """The batch layout of a run: its number of processes and the `LAYOUT_FIELDS` of its config."""
-    return {"num_processes": num_processes, **{name: int(getattr(args, name)) for name in LAYOUT_FIELDS}}
-
-
 @contextmanager
 def saving(folder: str, state: dict, rows: list[dict] | None, accelerator, args, trainer_state):
     """Wrap TRL's save of checkpoint `folder` (the `with` body): the CoBA `state` (and this process's `rows` of the
@@ -284,47 +239,3 @@ def saving(folder: str, state: dict, rows: list[dict] | None, accelerator, args,
     if args.should_save:  # as TRL's save does, after the marker
         best = trainer_state.best_model_checkpoint
         rotate_checkpoints(os.path.dirname(folder), limit, best_model_checkpoint=best, use_mtime=True)
-
-
-def restore(checkpoint: str, runner, layout: dict, accelerator, global_step: int, warn=logger.warning):
-    """Load `checkpoint`'s CoBA state into `runner`; returns (TRL's micro-step counter, this process's rows of the
-    round in progress to train, on the accelerator's device, or None to generate the next round)."""
-    state = load_state(checkpoint)
-    resumed_at = runner.source.fast_forward_micro_step(global_step, layout["gradient_accumulation_steps"])
-    if state is None:
-        warn(
-            f"{os.path.join(checkpoint, STATE_FILE)} not found: resuming with an empty pass-rate history and "
-            "capability estimate."
-        )
-    else:
-        runner.load_state_dict(state)
-    if state is None or "micro_step" not in state:
-        # No saved micro-step (no CoBA state, or one from coba-trl 0.1): continue from where the Trainer's
-        # fast-forward puts the dataloader, so the round sampler's schedule still names the prompts it loads.
-        warn(f"{checkpoint} has no saved micro-step: a round interrupted by it is allocated afresh.")
-        return resumed_at, None
-    saved = {**layout, **state.get("layout", {})}  # a checkpoint without a layout: this run's
-    changed = [f"{name} {saved[name]} -> {value}" for name, value in layout.items() if saved[name] != value]
-    micro_step = resumed_at if changed else state["micro_step"]
-    if state["micro_step"] % (saved["steps_per_generation"] * saved["num_iterations"]) == 0:
-        return micro_step, None  # saved at a round's end
-    if changed:
-        warn(
-            f"{checkpoint} was saved inside a round with another batch layout ({', '.join(changed)}): its rows are "
-            "not trained; the resumed run generates its rounds for this layout from where the dataloader resumes, "
-            "as GRPOTrainer does."
-        )
-    else:
-        rows = load_buffered_rows(checkpoint, accelerator.process_index, accelerator.num_processes)
-        if rows is not None:
-            device = accelerator.device
-            moved = [{k: v.to(device) if torch.is_tensor(v) else v for k, v in batch.items()} for batch in rows]
-            return micro_step, moved
-        if runner.draws_prompts:
-            warn(
-                f"{checkpoint} was saved inside a round without this run's saved rows of it: the resumed run goes on "
-                "with the next prompts of the epoch."
-            )
-    if not runner.draws_prompts and state["round"] is not None:  # regenerated with its saved plan, if it recurs
-        runner.replay_round = state["round"]
-    return micro_step, None

@@ -419,6 +419,12 @@ class CoBAConfig(_GRPOConfig):
                 "generation fails at the first round. Pass --repetition_penalty 1.0."
             )
 
+    @property
+    def prompts_per_round(self) -> int:
+        """M, the distinct prompts of a generation round: `generation_batch_size / num_generations`, GRPO's prompts
+        per round (each gets `num_generations` completions on average)."""
+        return self.generation_batch_size // self.num_generations
+
     def build_pass_rate_history(self):
         """The per-prompt pass-rate estimator these fields describe (a `coba_trl.allocation.PassRateHistory`)."""
         from coba_trl.allocation import PassRateHistory

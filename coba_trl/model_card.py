@@ -81,7 +81,7 @@ def coba_settings(args: CoBAConfig) -> dict[str, object]:
 
 def settings_section(args: CoBAConfig, steps: int, results: dict[str, str] | None = None, spending=None) -> str:
     """The card's CoBA section; `spending` (`coba_trl.rounds.spending.Spending`) adds what the run generated."""
-    prompts = args.generation_batch_size // args.num_generations
+    prompts = args.prompts_per_round
     rows = "\n".join(f"| `{name}` | `{value}` |" for name, value in coba_settings(args).items())
     spent = ""
     if spending is not None and spending.rounds:
@@ -133,7 +133,7 @@ def origin_sentence(source: str, description: str | None, dataset_name: str | No
 
 def training_procedure(args: CoBAConfig, steps: int, dataset_name: str | None) -> str:
     """One paragraph: how the model was trained, for TRL's empty "Training procedure" section."""
-    prompts = args.generation_batch_size // args.num_generations
+    prompts = args.prompts_per_round
     data = f" on `{dataset_name}`" if dataset_name else ""
     return (
         f"Trained with GRPO through coba-trl's `CoBAGRPOTrainer` for {steps} optimizer steps{data}. Each generation "

@@ -357,7 +357,7 @@ def preview_run(pass_rates, config, samples: int | None = None) -> Preview:
     seed and shuffling: the three allocators on the prompts in the run's first-epoch order; `samples` as in
     `allocation_preview`."""
     p = np.asarray(pass_rates, dtype=float)
-    prompts_per_round = config.generation_batch_size // config.num_generations
+    prompts_per_round = config.prompts_per_round
     order = round_order(p.size, prompts_per_round, config.seed, config.shuffle_dataset) if p.size else None
     allocators = {name: config.build_allocator(name) for name in ALLOCATOR_ORDER}
     return allocation_preview(p, config.generation_batch_size, config.num_generations, allocators, order, samples)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 from contextlib import nullcontext
 
+import torch
 from accelerate.logging import get_logger
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl import GRPOTrainer
@@ -26,10 +27,11 @@ from coba_trl.compat import check_trl_compatibility
 from coba_trl.config import CoBAConfig
 from coba_trl.generation.vllm_backend import built_by_trl, check_vllm_installed
 from coba_trl.model_card import PAPER, complete_model_card
+from coba_trl.rounds.resume import batch_layout
 from coba_trl.rounds.rollouts import RolloutGroups, grouped_rollout
 from coba_trl.rounds.runner import RoundRunner
 from coba_trl.rounds.scoring import Phase, Scoring
-from coba_trl.rounds.source import RoundLayout, round_source
+from coba_trl.rounds.source import RoundLayout, inside_a_round, round_source
 from coba_trl.validation import check_construction, check_context_length, check_success_reward
 
 check_trl_compatibility()
@@ -91,7 +93,7 @@ class CoBAGRPOTrainer(GRPOTrainer):
         check_context_length(self.model, self.processing_class, train_dataset, args)
         # GRPOConfig makes generation_batch_size a multiple of the processes and of steps_per_generation.
         layout = RoundLayout(
-            args.generation_batch_size // args.num_generations,
+            args.prompts_per_round,
             self.accelerator.num_processes,
             self._generate_every,
             self.shuffle_dataset,
@@ -234,9 +236,9 @@ class CoBAGRPOTrainer(GRPOTrainer):
         state = {
             **self.round_runner.state_dict(),
             "micro_step": self._step,
-            "layout": checkpoint.batch_layout(self.args, self.accelerator.num_processes),
+            "layout": batch_layout(self.args, self.accelerator.num_processes),
         }
-        inside = self._step % self._generate_every and self._buffered_inputs is not None
+        inside = inside_a_round(self._step, self._generate_every) and self._buffered_inputs is not None
         rows = self._buffered_inputs if inside else None  # the round's rows not yet trained
         with checkpoint.saving(folder, state, rows, self.accelerator, self.args, self.state):
             super()._save_checkpoint(model, trial)
@@ -245,11 +247,14 @@ class CoBAGRPOTrainer(GRPOTrainer):
         super()._load_optimizer_and_scheduler(resume_from)
         if resume_from is None:
             return
-        layout = checkpoint.batch_layout(self.args, self.accelerator.num_processes)
-        step, rows = checkpoint.restore(
-            resume_from, self.round_runner, layout, self.accelerator, self.state.global_step
-        )
+        rank, processes = self.accelerator.process_index, self.accelerator.num_processes
+        state = checkpoint.load_state(resume_from)
+        saved_rows = checkpoint.load_buffered_rows(resume_from, rank, processes)
+        layout = batch_layout(self.args, processes)
+        step, rows = self.round_runner.resume(resume_from, state, saved_rows, layout, self.state.global_step)
         self._step = step  # TRL does not checkpoint its micro-step counter: every later round stays where it was
         if rows is not None:  # saved inside a round: its rows not yet trained are trained, not generated again
-            self._buffered_inputs = rows
-        self.round_runner.start_log(resume_micro_step=self._step)  # keeps the rounds that started before it
+            device = self.accelerator.device
+            self._buffered_inputs = [
+                {k: v.to(device) if torch.is_tensor(v) else v for k, v in b.items()} for b in rows
+            ]

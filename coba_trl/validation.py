@@ -29,7 +29,7 @@ def check_construction(args, train_dataset, reward_funcs, trainer_kwargs: dict) 
         check_reward_values(train_dataset, check_reward_columns(reward_funcs, dataset_columns(train_dataset) or []))
     check_generation_kwargs(args.generation_kwargs, args.use_vllm)
     if args.two_phase_rounds:
-        prompts_per_round = args.generation_batch_size // args.num_generations
+        prompts_per_round = args.prompts_per_round
         check_two_phase_layout(prompts_per_round, args.min_generations, args.world_size)
         check_two_phase_inputs(dataset_columns(train_dataset) or [])
     if args.zero_variance_groups == "refill":

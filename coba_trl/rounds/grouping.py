@@ -1,10 +1,12 @@
 """Expansion of a round's allocation into completion rows, and their deal over processes.
 
 A generation round makes `total = sum(group_sizes)` completions: prompt i is repeated `group_sizes[i]` times (its
-*group*). TRL's hard constraint is that every process holds the same number of rows; on top of that,
-large groups are spread over processes and the expected completion tokens per process are balanced, so no process
-generates far longer than the others (`deal_groups`). `expand_rows` then makes each process's rows: one fresh copy of
-the prompt's row per completion. Plain numpy; the trainer only wires it in.
+*group*). TRL's hard constraint is that every process holds the same number of rows. `deal_groups` cuts the round's
+rows into P contiguous slices, as GRPO slices its batch, so a group is split only where a slice boundary falls inside
+it: at most one group at each boundary. When all groups have one size (GRPO's rounds, a screening phase) the rows are
+in prompt order, so every process holds exactly GRPO's rows; otherwise groups of equal size swap places between slices
+to balance the expected completion tokens per process. `expand_rows` then makes each process's rows: one fresh copy
+of the prompt's row per completion. Plain numpy; the trainer only wires it in.
 """
 
 from __future__ import annotations
@@ -24,45 +26,65 @@ def expected_length_weight(pass_rates: np.ndarray) -> np.ndarray:
     return 2.0 - np.clip(p, 0.0, 1.0)
 
 
-def deal_groups(
-    group_sizes: np.ndarray, num_ranks: int, weights: np.ndarray | None = None, tolerance: float = 0.03
-) -> list[np.ndarray]:
+def deal_groups(group_sizes: np.ndarray, num_ranks: int, weights: np.ndarray | None = None) -> list[np.ndarray]:
     """Deal the rows of every group over `num_ranks` processes; returns, per rank, the group id of each of its rows.
 
-    Every rank gets exactly `sum(group_sizes) / num_ranks` rows. Groups are placed heaviest first (by `weights`, the
-    expected tokens of one completion of each group; all equal when `None`), larger groups first among equals, each on
-    the least-loaded rank that still has room. That rank keeps taking the group's rows while its expected tokens stay
-    within `tolerance` of the mean per rank above the next least-loaded rank; the rest of the group moves on to the
-    next rank. So a group spans as few ranks as the token balance allows (each rank prefills fewer distinct prompts),
-    and the expected tokens per rank stay within about `tolerance` of each other: the heaviest rows are placed first,
-    and the rows that a full rank forces elsewhere at the end are the lightest. Within a rank the rows are ordered by
-    group id, so on one process the rows are the groups in prompt order, exactly like GRPO's batch. Deterministic:
-    the same inputs give the same deal on every process.
+    The groups are laid out one after the other and the rows cut into `num_ranks` contiguous slices of
+    `sum(group_sizes) / num_ranks` rows, so each group lies on one rank or, where a boundary falls inside it, on
+    consecutive ranks: at most one group is split at each boundary, and the distinct prompts summed over the ranks
+    are at most M + P - 1. The layout is prompt order (GRPO's per-process slices, row for row) when `weights` is
+    None, there is one rank, or every group has the same size. Otherwise `balanced_order` reorders the groups so that
+    the expected tokens per rank (`weights`: the expected tokens of one completion of each group) are balanced
+    within what the contiguous slices allow. Within a rank the rows are ordered by group id. Deterministic: the same
+    inputs give the same deal on every process.
     """
     sizes = np.asarray(group_sizes, dtype=np.int64)
     total = int(sizes.sum())
     if total % num_ranks != 0:
         raise ValueError(f"The round's {total} completions cannot be dealt evenly over {num_ranks} processes.")
-    if num_ranks == 1:
-        return [np.repeat(np.arange(len(sizes)), sizes)]
-    unit_weight = np.ones(len(sizes)) if weights is None else np.asarray(weights, dtype=np.float64)
-    slack = tolerance * float(np.dot(sizes, unit_weight)) / num_ranks
-    # Plain Python lists: a handful of ranks, where numpy's per-call overhead would dominate.
-    room, load = [total // num_ranks] * num_ranks, [0.0] * num_ranks
-    taken = np.zeros((num_ranks, len(sizes)), dtype=np.int64)
-    for group in np.lexsort((np.arange(len(sizes)), -sizes, -unit_weight)).tolist():
-        left, weight = int(sizes[group]), float(unit_weight[group])
-        while left:
-            open_ranks = [r for r in range(num_ranks) if room[r] > 0]
-            rank = min(open_ranks, key=load.__getitem__)  # ties: the lowest rank
-            others = [load[r] for r in open_ranks if r != rank]
-            fits = left if not others else int((min(others) + slack - load[rank]) // weight) + 1
-            rows = min(left, room[rank], max(fits, 1))
-            taken[rank, group] += rows
-            room[rank] -= rows
-            load[rank] += rows * weight
-            left -= rows
-    return [np.repeat(np.arange(len(sizes)), counts) for counts in taken]
+    order = np.arange(len(sizes))
+    if num_ranks > 1 and weights is not None and np.any(sizes != sizes[0]):
+        order = balanced_order(sizes, np.asarray(weights, dtype=np.float64), num_ranks)
+    rows = np.repeat(order, sizes[order])
+    return [np.sort(part) for part in np.split(rows, num_ranks)]
+
+
+def rank_loads(sizes: np.ndarray, weights: np.ndarray, order: np.ndarray, num_ranks: int) -> np.ndarray:
+    """The expected tokens of each rank's slice when the groups are laid out in `order`."""
+    return weights[np.repeat(order, sizes[order])].reshape(num_ranks, -1).sum(axis=1)
+
+
+def balanced_order(sizes: np.ndarray, weights: np.ndarray, num_ranks: int) -> np.ndarray:
+    """An order of the groups whose contiguous slices balance the expected tokens per rank.
+
+    Starts from prompt order and, while it helps, swaps a group lying wholly on the heaviest rank with one of the same
+    size lying wholly on the lightest: equal sizes keep every slice boundary where it was (so the groups split at the
+    boundaries stay the same), and each swap moves `size * (w_a - w_b)` expected tokens, chosen to bring the two ranks
+    closest. Stops when no swap narrows the gap between them (at most 4 M swaps, each lowering that gap).
+    """
+    order = np.arange(len(sizes))
+    per_rank = int(sizes.sum()) // num_ranks
+    for _ in range(4 * len(sizes)):
+        ends = np.cumsum(sizes[order])
+        first, last = (ends - sizes[order]) // per_rank, (ends - 1) // per_rank  # each position's first and last rank
+        loads = rank_loads(sizes, weights, order, num_ranks)
+        heavy, light = int(np.argmax(loads)), int(np.argmin(loads))
+        gap, best = float(loads[heavy] - loads[light]), None
+        on_light = np.flatnonzero((first == light) & (last == light))
+        for position in np.flatnonzero((first == heavy) & (last == heavy)):
+            group = order[position]
+            partners = on_light[sizes[order[on_light]] == sizes[group]]
+            if partners.size == 0:
+                continue
+            after = np.abs(gap - 2 * sizes[group] * (weights[group] - weights[order[partners]]))
+            pick = int(np.argmin(after))
+            if after[pick] < gap - 1e-9 and (best is None or after[pick] < best[0]):
+                best = (float(after[pick]), position, int(partners[pick]))
+        if best is None:
+            break
+        _, a, b = best
+        order[a], order[b] = order[b], order[a]
+    return order
 
 
 def distinct_groups(per_rank: list[np.ndarray]) -> list[int]:

@@ -93,6 +93,23 @@ def merge_phase_outputs(outputs: list[dict], pad_token_id: int) -> dict:
     return merged
 
 
+def local_positions(phases: list, rank: int, num_processes: int) -> np.ndarray:
+    """Positions, in the rows of `phases` gathered over processes (phase after phase, each in process order), of
+    process `rank`'s rows, in the order of its local batch: TRL gives each process an equal slice of each phase."""
+    local, offset = [], 0
+    for phase in phases:
+        rows = len(phase.group_ids) // num_processes
+        local.append(np.arange(offset + rank * rows, offset + (rank + 1) * rows))
+        offset += len(phase.group_ids)
+    return np.concatenate(local)
+
+
+def loss_mask(batch: dict) -> torch.Tensor:
+    """The completion positions the loss counts: the completion mask, without tool outputs (`tool_mask`) if any."""
+    mask = batch["completion_mask"]
+    return mask if batch.get("tool_mask") is None else mask * batch["tool_mask"]
+
+
 def round_rows(phases: list) -> tuple[torch.Tensor, torch.Tensor]:
     """A round's gathered rewards (rows, reward functions) and each row's group id, phases one after the other."""
     rewards = torch.cat([phase.rewards for phase in phases])
@@ -131,8 +148,7 @@ def drop_rows(output: dict, dropped_rows: torch.Tensor, gather_sum) -> int:
     Returns the tokens dropped over all processes.
     """
     mask = output["completion_mask"]
-    loss_mask = mask if output.get("tool_mask") is None else mask * output["tool_mask"]
-    dropped = gather_sum(loss_mask[dropped_rows].sum())
+    dropped = gather_sum(loss_mask(output)[dropped_rows].sum())
     output["completion_mask"] = torch.where(dropped_rows.unsqueeze(1), torch.zeros_like(mask), mask)
     output["num_items_in_batch"] = output["num_items_in_batch"] - dropped
     return int(dropped)

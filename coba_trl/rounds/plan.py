@@ -4,19 +4,21 @@
 screening results), asks the allocator for the group sizes, tops up the units it reports as stranded, rescues the
 groups the screening found all-equal, and builds the metrics and the allocation-log record (docs/algorithm.md, "One
 training step"). No state changes: the history and the allocator are only read. `replayed_plan` gives back the plan of
-a round a checkpoint was saved inside of; `check_plan` refuses sizes that cannot be generated.
+a round a checkpoint was saved inside of (saved as JSON by `encode_round`); `check_plan` refuses sizes that cannot be
+generated.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import time
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from coba_trl.allocation import fill_to_budget
-from coba_trl.checkpoint import decode_round
+from coba_trl.allocation.history import prompt_id_from_json
 from coba_trl.rounds.log import finite, plain
 from coba_trl.rounds.metrics import budget_metrics
 from coba_trl.rounds.phases import rescue_counts
@@ -115,6 +117,23 @@ def plan_round(
         "rescued": plain(rescued),
     }
     return RoundPlan(list(prompt_ids), group_sizes, pass_rates, screening, rescued, metrics=metrics, record=record)
+
+
+def encode_round(prompt_ids: list, group_sizes, pass_rates) -> dict:
+    """A round plan as plain JSON (NaN pass rates, i.e. unseen prompts, as null)."""
+    return {
+        "prompt_ids": list(prompt_ids),
+        "group_sizes": [int(size) for size in group_sizes],
+        "pass_rates": [None if math.isnan(rate) else float(rate) for rate in pass_rates],
+    }
+
+
+def decode_round(saved: dict, prompt_ids: list) -> tuple[np.ndarray, np.ndarray] | None:
+    """The (group sizes, pass rates) of a saved round plan when it is the plan for `prompt_ids`, else None."""
+    if [prompt_id_from_json(i) for i in saved["prompt_ids"]] != list(prompt_ids):
+        return None
+    pass_rates = np.array([np.nan if rate is None else rate for rate in saved["pass_rates"]], dtype=np.float64)
+    return np.asarray(saved["group_sizes"], dtype=np.int64), pass_rates
 
 
 def replayed_plan(saved: dict | None, prompt_ids: list, screening: Screening | None = None) -> RoundPlan | None:

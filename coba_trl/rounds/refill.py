@@ -12,32 +12,21 @@ reached first, rows of discarded groups fill the batch with their loss mask zero
 chosen rows are then dealt evenly over the processes (`deal_chosen_rows`), so each trains `generation_batch_size / P`
 rows, as TRL's batching expects, whichever process generated them.
 
-`combined` views all batches as one round (group ids offset batch by batch) for the metrics, the pass-rate history and
-the capability estimate, which observe every generated group, kept or discarded.
+The metrics, the pass-rate history and the capability estimate observe every generated group, kept or discarded
+(`coba_trl.rounds.batches.combined`).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from coba_trl.rounds.advantages import group_advantages
-from coba_trl.rounds.log import plain
-from coba_trl.rounds.metrics import budget_metrics
-from coba_trl.rounds.phases import PADDING, ROWS, merge_phase_outputs, round_rows
-from coba_trl.rounds.plan import RoundPlan, Screening
-
-
-@dataclass
-class GenerationBatch:
-    """One batch of a round: its prompts, plan, generation phases and scoring (`coba_trl.rounds.scoring`)."""
-
-    plan: RoundPlan
-    phases: list
-    scored: object  # ScoredRound
+from coba_trl.rounds.batches import GenerationBatch
+from coba_trl.rounds.phases import PADDING, ROWS, local_positions, loss_mask, merge_phase_outputs, round_rows
 
 
 def replacement_count(missing_rows: int, num_generations: int, num_processes: int, screen_rows: int = 0) -> int:
@@ -47,17 +36,6 @@ def replacement_count(missing_rows: int, num_generations: int, num_processes: in
     while (count * num_generations) % num_processes or (count * screen_rows) % num_processes:
         count += 1
     return count
-
-
-def local_positions(phases: list, rank: int, num_processes: int) -> np.ndarray:
-    """Positions, in the batch's gathered rows (phases one after the other), of process `rank`'s rows, in the order
-    of its local batch (TRL gives each process an equal slice of each phase's gathered rows)."""
-    local, offset = [], 0
-    for phase in phases:
-        rows = len(phase.group_ids) // num_processes
-        local.append(np.arange(offset + rank * rows, offset + (rank + 1) * rows))
-        offset += len(phase.group_ids)
-    return np.concatenate(local)
 
 
 def rows_with_spread(batch: GenerationBatch) -> int:
@@ -72,14 +50,16 @@ class ChosenRows:
 
     kept: np.ndarray  # rows of groups with spread, in batch and group order
     filler: np.ndarray  # rows of discarded groups that fill the batch when the bound was reached (loss mask zeroed)
-    source_rows: np.ndarray  # of each gathered position, its row in the round's rows (`combined`, `round_rows`)
+    source_rows: (
+        np.ndarray
+    )  # of each gathered position, its row in the round's rows (`batches.combined`, `round_rows`)
 
     @property
     def bound_reached(self) -> bool:
         return self.filler.size > 0
 
     def round_advantages(self, phases: list, num_groups: int, settings, group_weights=None) -> torch.Tensor:
-        """The round's advantages (`combined` order): each group's own statistics, as each batch scored them, and
+        """The round's advantages (`batches.combined` order): each group's own statistics, as each batch scored them, and
         the batch statistics of `scale_rewards="batch"` or "normalize_then_sum" over the rows chosen for the loss,
         so that a step's rows share one scale (as GRPO's do: one std per generation batch)."""
         rewards, group_ids = round_rows(phases)
@@ -151,10 +131,8 @@ def deal_chosen_rows(gathered: dict, chosen: ChosenRows, rank: int, num_processe
     filler = chosen.filler[start : start + share - len(kept[rank])]
     mine = torch.as_tensor(np.concatenate([kept[rank], filler]), dtype=torch.long)
     every = torch.as_tensor(chosen.kept, dtype=torch.long)
-    mask = gathered["completion_mask"]
-    loss_mask = mask if gathered.get("tool_mask") is None else mask * gathered["tool_mask"]
-    device = mask.device
-    trained_tokens = loss_mask[every.to(device)].sum()
+    device = gathered["completion_mask"].device
+    trained_tokens = loss_mask(gathered)[every.to(device)].sum()
     batch = {}
     for key, value in gathered.items():
         if value is None or key == "num_items_in_batch":
@@ -171,76 +149,3 @@ def deal_chosen_rows(gathered: dict, chosen: ChosenRows, rank: int, num_processe
     )
     batch["num_items_in_batch"] = trained_tokens
     return batch
-
-
-def combined(batches: list[GenerationBatch]):
-    """All batches seen as one round: (plan, scored, phases) with each batch's group ids offset by the groups before
-    it, for `log_round` and `observe_round`."""
-    if len(batches) == 1:
-        return batches[0].plan, batches[0].scored, batches[0].phases
-    offsets = np.cumsum([0] + [len(b.plan.group_sizes) for b in batches[:-1]])
-    phases = [
-        replace(phase, group_ids=np.asarray(phase.group_ids) + offset)
-        for batch, offset in zip(batches, offsets, strict=True)
-        for phase in batch.phases
-    ]
-    plans = [batch.plan for batch in batches]
-    concat = np.concatenate
-    screening = None
-    if plans[0].screening is not None:
-        screens = [plan.screening for plan in plans]
-        scored_screens = [screen.outcomes[1] for screen in screens]
-        screening = Screening(
-            screens[0].rollouts,
-            concat([screen.successes for screen in screens]),
-            concat([screen.zero_spread for screen in screens]),
-            concat(scored_screens),
-        )
-    rescued = None if plans[0].rescued is None else concat([plan.rescued for plan in plans])
-    group_sizes = concat([plan.group_sizes for plan in plans])
-    pass_rates = concat([plan.pass_rates for plan in plans])
-    metrics = {**plans[0].metrics, **budget_metrics(group_sizes, pass_rates)}
-    plan = RoundPlan(
-        [prompt_id for p in plans for prompt_id in p.prompt_ids],
-        group_sizes,
-        pass_rates,
-        screening,
-        rescued,
-        observe=all(p.observe for p in plans),
-        metrics=metrics,
-    )
-    scores = [batch.scored for batch in batches]
-    weights = None if scores[0].group_weights is None else torch.cat([s.group_weights for s in scores])
-    scored = replace(
-        scores[0],
-        advantages=torch.cat([s.advantages for s in scores]),
-        zero_spread=torch.cat([s.zero_spread for s in scores]),
-        successes=concat([s.successes for s in scores]),
-        scored=concat([s.scored for s in scores]),
-        group_weights=weights,
-    )
-    return plan, scored, phases
-
-
-def round_record(batches: list[GenerationBatch], group_weighting: str, skipped: list, chosen, draws: bool) -> dict:
-    """The allocation-log record of a round (`coba_trl.rounds.log`): its first batch as every round records it and,
-    when the round draws its prompts (refill, skipping), the prompts skipped while drawing each batch (`skipped`, one
-    list per batch), the groups discarded and each refill batch's own record (prompts, pass rates, group sizes,
-    successes)."""
-
-    def batch_record(batch: GenerationBatch, skipped_here: list) -> dict:
-        record = {**batch.plan.record, "group_weighting": group_weighting}
-        record.update(successes=plain(batch.scored.successes), scored_rollouts=plain(batch.scored.scored))
-        if draws:
-            record["skipped_prompts"] = list(skipped_here)
-        if chosen is not None:
-            record["discarded"] = np.flatnonzero(batch.scored.zero_spread.cpu().numpy()).tolist()
-        return record
-
-    record = batch_record(batches[0], skipped[0] if draws else [])
-    if draws:
-        record["refills"] = [batch_record(b, here) for b, here in zip(batches[1:], skipped[1:], strict=True)]
-        if chosen is not None:
-            record["rows_trained"] = int(len(chosen.kept))
-            record["bound_reached"] = bool(chosen.bound_reached)
-    return record

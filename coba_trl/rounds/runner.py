@@ -29,22 +29,22 @@ import numpy as np
 import torch
 from accelerate.utils import gather_object
 
-from coba_trl.checkpoint import encode_round
 from coba_trl.distributed import shared_call
+from coba_trl.rounds.batches import GenerationBatch, combined, round_record
 from coba_trl.rounds.grouping import deal_groups, expand_rows, expected_length_weight
 from coba_trl.rounds.log import RoundLog
 from coba_trl.rounds.metrics import log_round
-from coba_trl.rounds.plan import RoundPlan, Screening, check_plan, plan_round, prior_pass_rates, replayed_plan
-from coba_trl.rounds.refill import (
-    GenerationBatch,
-    choose_rows,
-    combined,
-    deal_chosen_rows,
-    gather_round,
-    replacement_count,
-    round_record,
-    rows_with_spread,
+from coba_trl.rounds.plan import (
+    RoundPlan,
+    Screening,
+    check_plan,
+    encode_round,
+    plan_round,
+    prior_pass_rates,
+    replayed_plan,
 )
+from coba_trl.rounds.refill import choose_rows, deal_chosen_rows, gather_round, replacement_count, rows_with_spread
+from coba_trl.rounds.resume import resume_point
 from coba_trl.rounds.rollouts import RolloutGroups
 from coba_trl.rounds.scoring import (
     Phase,
@@ -57,6 +57,7 @@ from coba_trl.rounds.scoring import (
     unscored_groups_warning,
 )
 from coba_trl.rounds.skipping import SettledPromptSkipper, SpreadChanceSkipper
+from coba_trl.rounds.source import check_same_prompts
 from coba_trl.rounds.spending import Spending, spending_metrics
 
 logger = logging.getLogger(__name__)
@@ -80,7 +81,7 @@ class RoundRunner:
 
     def __init__(self, args, source, accelerator, reward_func_names: list[str], success_indices: tuple[int, ...]):
         self.args, self.source, self.accelerator = args, source, accelerator
-        self.prompts_per_round = args.generation_batch_size // args.num_generations
+        self.prompts_per_round = args.prompts_per_round
         self.refill = args.zero_variance_groups == "refill"
         self.draws_prompts = self.refill or args.skip_settled_prompts  # a variable number of prompts per round
         self.allocator = args.build_allocator()
@@ -98,7 +99,7 @@ class RoundRunner:
         self.current_round: dict | None = None  # the plan of the round in progress, saved with every checkpoint
         self.replay_round: dict | None = None  # the plan of the round a resumed checkpoint was saved inside of
         self.spending = Spending()  # what the run generated and trained, for the end-of-run line and its warnings
-        self.warned: set[str] = set()  # the once-only warnings given
+        self.warned: set[str] = set()  # the warnings given, each once in the run (saved with every checkpoint)
 
     # -- one round -------------------------------------------------------------------------------------------------
 
@@ -186,7 +187,9 @@ class RoundRunner:
 
     def plan(self, prompts: list[dict], prompt_ids: list, screening: Screening | None, budget: int) -> RoundPlan:
         """The plan of a batch of `budget` completions: a resumed round's saved one, else process 0's allocation
-        (from the pass-rate history, the prompts' priors and the screening), shared with every process."""
+        (from the pass-rate history, the prompts' priors and the screening), shared with every process, once every
+        process is found to hold process 0's prompts."""
+        check_same_prompts(prompt_ids, self.accelerator)
         plan, self.replay_round = replayed_plan(self.replay_round, prompt_ids, screening), None
         if plan is None:
             plan = shared_call(lambda: self._allocate(prompts, prompt_ids, screening, budget), self.accelerator)
@@ -221,19 +224,17 @@ class RoundRunner:
         return Phase(output, rewards, group_ids)
 
     def _warn(self, phases: list[Phase], plan: RoundPlan, scored, scoring: Scoring) -> None:
-        """Each warning once, in the first round it applies to; the spending warnings whenever they apply."""
+        """Each warning once in the run (a resumed run included), in the first round it applies to."""
         field = self.args.success_reward_func
         checks = (
             ("signal", success_signal_warning, (phases, scoring, self.success_name, field)),
             ("unscored", unscored_groups_warning, (scored, plan.prompt_ids, self.success_name, field)),
+            ("runaway", self.spending.runaway_warning, (self.refill, self.args.max_refill_phases, self.success_name)),
         )
         for kind, check, check_args in checks:
             if kind not in self.warned and (message := check(*check_args)) is not None:
                 logger.warning(message)
                 self.warned.add(kind)
-        message = self.spending.runaway_warning(self.refill, self.args.max_refill_phases, self.success_name)
-        if message is not None:
-            logger.warning(message)
 
     # -- state -----------------------------------------------------------------------------------------------------
 
@@ -242,13 +243,29 @@ class RoundRunner:
         if self.log is not None:
             shared_call(lambda: self.log.start(resume_micro_step=resume_micro_step), self.accelerator)
 
+    def resume(
+        self, checkpoint: str, state: dict | None, saved_rows: list[dict] | None, layout: dict, global_step: int
+    ) -> tuple[int, list[dict] | None]:
+        """Continue from `checkpoint`, whose CoBA state is `state` (None: none saved) and whose rows of the round in
+        progress for this process are `saved_rows` (None: none for this run's processes), in a run of batch `layout`
+        after `global_step` optimizer steps. Returns TRL's micro-step counter and the saved rows to train, if any
+        (`coba_trl.rounds.resume`)."""
+        resumed_at = self.source.fast_forward_micro_step(global_step, layout["gradient_accumulation_steps"])
+        point = resume_point(checkpoint, state, layout, resumed_at, saved_rows is not None, self.draws_prompts)
+        if state is not None:
+            self.load_state_dict(state)
+        self.replay_round = point.replay_round
+        self.start_log(resume_micro_step=point.log_until)  # keeps the rounds that started before the checkpoint
+        return point.micro_step, saved_rows if point.train_saved_rows else None
+
     def state_dict(self) -> dict:
-        """What the next rounds depend on, as plain JSON (`coba_trl.checkpoint`)."""
+        """What the next rounds depend on, as plain JSON (`coba_trl.checkpoint` writes it)."""
         state = {
             "allocator": self.allocator.state_dict(),
             "pass_rate_history": self.history.state_dict(),
             "round": self.current_round,
             "spending": self.spending.state_dict(),
+            "warned": sorted(self.warned),
         }
         if self.draws_prompts:
             state["cursor"] = self.source.cursor_state()
@@ -261,6 +278,9 @@ class RoundRunner:
         self.history.load_state_dict(state["pass_rate_history"])
         self.current_round = state.get("round")
         self.spending.load_state_dict(state.get("spending"), state.get("rollouts_generated", 0))
+        self.warned = set(state.get("warned", []))
+        if (state.get("spending") or {}).get("warned"):  # a checkpoint of an earlier coba-trl
+            self.warned.add("runaway")
         if self.draws_prompts and "cursor" in state:
             self.source.restore_cursor(state["cursor"])
         if self.skipper is not None and "skipper" in state:

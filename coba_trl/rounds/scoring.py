@@ -18,7 +18,7 @@ import torch
 
 from coba_trl.allocation.history import merge_appearances
 from coba_trl.rounds.advantages import group_advantages, prompt_weights, zero_spread_groups
-from coba_trl.rounds.phases import drop_rows, merge_phase_outputs, round_rows
+from coba_trl.rounds.phases import drop_rows, local_positions, merge_phase_outputs, round_rows
 from coba_trl.rounds.plan import RoundPlan, Screening
 
 
@@ -184,12 +184,7 @@ def score_round(
     if settings.group_weighting == "prompt":  # every prompt's rows together weigh one group of the mean size
         weights = prompt_weights(plan.group_sizes, float(plan.group_sizes.sum()) / num_groups, rewards.device)
         advantages = advantages * weights[group_ids]
-    local, offset = [], 0
-    for phase in phases:  # this process's rows: its slice of each phase's gathered rows
-        rows = len(phase.group_ids) // num_processes
-        local.append(torch.arange(offset + rank * rows, offset + (rank + 1) * rows, device=rewards.device))
-        offset += len(phase.group_ids)
-    local = torch.cat(local)
+    local = torch.as_tensor(local_positions(phases, rank, num_processes), device=rewards.device)
     if len(phases) == 1:
         batch = phases[0].output
     else:

@@ -30,6 +30,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from accelerate.utils import gather_object
 from datasets import IterableDataset
 from torch.utils.data import Sampler
 
@@ -51,6 +52,12 @@ def as_prompt_id(value, column: str, where: str = "in a row of the round"):
             f"{{'prompt_id': json.dumps(row[{column!r}], sort_keys=True)}})`."
         ) from None
     return key
+
+
+def inside_a_round(micro_step: int, repeat_count: int) -> bool:
+    """Whether training micro-step `micro_step` lies inside a round rather than at its start: a round is loaded
+    `repeat_count` (steps_per_generation * num_iterations) times in a row, and generated at its first micro-step."""
+    return micro_step % repeat_count != 0
 
 
 @dataclass
@@ -196,6 +203,32 @@ class StreamedRounds(PromptCursor):
             return self._next_prompt()
         self.cursor = (passes, consumed + 1)
         return dict(row), as_prompt_id(row[self.layout.id_column], self.layout.id_column)
+
+
+def check_same_prompts(prompt_ids: list, accelerator) -> None:
+    """Every process must hold the prompts of process 0, the ones the plan and the pass-rate history use; otherwise
+    every process raises the same error (a mismatch seen on one process alone would leave the others waiting in the
+    next collective)."""
+    if accelerator.num_processes == 1:
+        return
+    drawn = gather_object([list(prompt_ids)])
+    for rank, ids in enumerate(drawn[1:], start=1):
+        if ids == drawn[0]:
+            continue
+        position = next((i for i, (a, b) in enumerate(zip(ids, drawn[0], strict=False)) if a != b), None)
+        where = (
+            f"{len(ids)} prompts instead of {len(drawn[0])}"
+            if position is None
+            else f"prompt {position} is {ids[position]!r} there, {drawn[0][position]!r} on process 0"
+        )
+        raise RuntimeError(
+            f"Process {rank} holds other prompts for this round than process 0 ({where}), so it would train prompts "
+            "the plan and the pass-rate history never saw. Every process takes a round's prompts from its own copy of "
+            "the epoch's order (with zero_variance_groups='refill' or skip_settled_prompts, from the source's cursor), "
+            "which must be the same everywhere: give every process the same seed (CoBAConfig.seed, never a "
+            "per-process seed), the same train_dataset in the same order (no per-process shuffle, shard or filter "
+            "before the trainer) and the trainer's own sampler."
+        )
 
 
 def round_source(dataset, layout: RoundLayout) -> IndexedRounds | StreamedRounds:

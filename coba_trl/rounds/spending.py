@@ -47,7 +47,6 @@ class Spending:
     bound_rounds: int = 0  # refill rounds that reached max_refill_phases
     bound_streak: int = 0  # the latest rounds, in a row, that reached it
     unspread_round: bool = False  # the latest round trained no row from a group with spread
-    warned: bool = False  # the runaway warning was given
 
     def add(self, metrics: dict) -> None:
         """Count one round's `spending_metrics` (with `coba/prompts_skipped` when the round drew its prompts)."""
@@ -62,11 +61,10 @@ class Spending:
         self.unspread_round = metrics["coba/rows_with_spread"] == 0
 
     def runaway_warning(self, refill: bool, max_refill_phases: int, success_name: str) -> str | None:
-        """The warning for a run whose rounds teach nothing, given once: refill at its bound `RUNAWAY_ROUNDS` rounds
-        in a row, or a round without a trained row from a group with spread. None otherwise."""
-        if self.warned or not (self.bound_streak >= RUNAWAY_ROUNDS or self.unspread_round):
+        """The warning for a run whose rounds teach nothing: refill at its bound `RUNAWAY_ROUNDS` rounds in a row, or a
+        round without a trained row from a group with spread. None otherwise (the runner gives it once)."""
+        if not (self.bound_streak >= RUNAWAY_ROUNDS or self.unspread_round):
             return None
-        self.warned = True
         if self.unspread_round:
             what = f"Round {self.rounds} trained no row from a group with spread (every group was rewarded alike)"
         else:
@@ -101,5 +99,6 @@ class Spending:
         """Restore the totals; a checkpoint of an earlier coba-trl has only its `rollouts_generated`."""
         if state is None:
             state = {"generated": int(rollouts_generated)}
+        state = {key: value for key, value in state.items() if key in asdict(Spending())}  # "warned": the runner's
         for key, value in {**asdict(Spending()), **state}.items():
             setattr(self, key, type(getattr(Spending(), key))(value))

@@ -73,6 +73,7 @@ class Recorder:
             return rewards
 
         self.local_rows = []  # per round: (prompt text, completion parity, advantage) of this process's rows
+        self.completions = []  # per round: the completion text of each of this process's rows
         tokenizer = trainer.processing_class
 
         def record_advantages(inputs):
@@ -85,6 +86,7 @@ class Recorder:
                     for ids, mask in zip(output["completion_ids"], output["completion_mask"], strict=True)
                 ]
                 parity = parity_reward(completions)
+                self.completions.append(completions)
                 self.local_rows.append(list(zip(prompts, parity, output["advantages"].tolist(), strict=True)))
             return output
 
@@ -202,6 +204,9 @@ def main(out_dir: str, mode: str = "scripted", resume_from: str | None = None) -
         "rows": [len(a) for a in recorder.advantages],
         "rewards": [r.tolist() for r in recorder.rewards],
         "local_rows": recorder.local_rows,
+        "completions": recorder.completions,
+        "losses": [h["loss"] for h in trainer.state.log_history if "loss" in h],
+        "weights": [float(p.detach().double().sum()) for p in trainer.model.parameters()],
         "global_step": trainer.state.global_step,
     }
     if coba:
