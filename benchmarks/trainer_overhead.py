@@ -1,4 +1,4 @@
-"""Overhead of CoBAGRPOTrainer over GRPOTrainer, and the balance of its deal of uneven groups over processes.
+"""Overhead of CoBAGRPOTrainer over GRPOTrainer: step time on one process.
 
     python benchmarks/trainer_overhead.py [--steps 16] [--trials 4]
 
@@ -9,11 +9,7 @@
    sampling, the two runs of a seed sample different lengths, which moved a pair's ratio by several percent either
    way. CoBA's own code per round (its `_generate_and_score_completions` less TRL's method inside it: plan, deal,
    expansion, scoring, logging) is timed too and printed as a share of GRPO's step.
-2. Deal: a realistic skewed CoBA allocation (256 prompts x 16 = 4096 completions, some groups of 64 to 128) dealt
-   over 8 simulated processes. Prints max / mean over processes of the rows and of the expected completion tokens
-   (hard prompts write longer answers: expected length falls with the pass rate), target <= 1.05 for both, and the
-   distinct prompts each process holds (what its vLLM engine prefills) for the default deal and for rows dealt one
-   at a time to the least-loaded process (tolerance 0, the deal before groups were kept together).
+How a round's rows lie over processes: `benchmarks/process_layout.py`.
 """
 
 from __future__ import annotations
@@ -27,10 +23,7 @@ from unittest.mock import patch
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-import numpy as np  # noqa: E402
 
-from coba_trl.allocation import build_allocator  # noqa: E402
-from coba_trl.rounds.grouping import deal_groups, distinct_groups, expected_length_weight, imbalance  # noqa: E402
 
 
 def _reward(completions, **kwargs):
@@ -132,49 +125,11 @@ def step_time_ratio(steps: int, trials: int) -> float:
     return ratio
 
 
-def skewed_allocation(seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """256 prompts from the released run's scale with a failure-heavy pass-rate mix, allocated by CoBA."""
-    rng = np.random.default_rng(seed)
-    pass_rates = np.concatenate([np.zeros(8), rng.beta(2.0, 2.0, 216), np.ones(32)])
-    rng.shuffle(pass_rates)
-    allocator = build_allocator("coba", min_budget=2, max_budget=128, kappa=11.0)
-    allocator.observe(pass_rates)
-    return allocator.allocate(pass_rates, 256 * 16), pass_rates
-
-
-def deal_balance(num_ranks: int = 8) -> tuple[float, float]:
-    sizes, pass_rates = skewed_allocation()
-    true_tokens = 512 + 3584 * (1 - pass_rates) ** 1.5  # expected completion tokens, decreasing in the pass rate
-    weights = expected_length_weight(pass_rates)
-    dealt = deal_groups(sizes, num_ranks, weights)
-    row_by_row = deal_groups(sizes, num_ranks, weights, tolerance=0.0)
-    contiguous = np.array_split(np.repeat(np.arange(len(sizes)), sizes), num_ranks)  # TRL's process slices
-    rows, tokens = imbalance(dealt), imbalance(dealt, true_tokens)
-    print(
-        f"allocation: {len(sizes)} groups, sizes {sizes.min()}..{sizes.max()}, "
-        f"{int(np.sum(sizes >= 64))} groups of 64 or more, {sizes.sum()} completions over {num_ranks} processes"
-    )
-    print(
-        f"deal max/mean: rows {rows:.3f}, expected tokens {tokens:.3f} (target <= 1.05); row by row "
-        f"{imbalance(row_by_row, true_tokens):.3f}; contiguous slices {imbalance(contiguous, true_tokens):.3f}"
-    )
-    print(
-        f"distinct prompts per process (of {len(sizes)}): {_spread(distinct_groups(dealt))} with groups kept "
-        f"together, {_spread(distinct_groups(row_by_row))} row by row"
-    )
-    return rows, tokens
-
-
-def _spread(values: list[int]) -> str:
-    return f"median {statistics.median(values):g} (range {min(values)}-{max(values)})"
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=16)
     parser.add_argument("--trials", type=int, default=5)
     args = parser.parse_args()
-    deal_balance()
     step_time_ratio(args.steps, args.trials)
 
 

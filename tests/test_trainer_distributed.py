@@ -117,6 +117,8 @@ def test_uniform_allocation_over_two_processes_is_grpo_step_for_step(tmp_path):
     assert coba[0]["global_step"] == grpo[0]["global_step"] == 6
     logged = read_rounds(str(tmp_path / "coba"))
     assert len(logged) == 3 and all(record["group_sizes"] == [4, 4, 4] for record in logged)
+    # the allocation log says what each process generated: GRPO's slices, the middle prompt split at the boundary
+    assert all(record["process_groups"] == [[[[0, 4], [1, 2]], [[1, 2], [2, 4]]]] for record in logged)
     for rank in range(2):
         ours, theirs = coba[rank], grpo[rank]
         assert ours["rows"] == theirs["rows"] == [6, 6, 6]

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 from scripts.refill_runs import MODES, SpendingRecorder, refill_trainer, settled
-from scripts.two_processes import run_ranks
+from scripts.two_processes import launch, run_ranks
 
 from coba_trl import CoBAConfig
 from coba_trl.rounds.log import read_rounds
@@ -54,6 +54,12 @@ def _assert_trained_rows_have_spread(recorder, trainer):
             assert (tokens[advantages == 0] == 0).all()
         if trainer.accelerator.num_processes == 1:  # TRL's token normaliser counts the trained rows only
             assert batch["num_items_in_batch"] == tokens.sum()
+
+
+def _on_two_processes(out_dir, mode: str) -> list[dict]:
+    """`refill_runs.py` in `mode` on two processes: what each rank wrote."""
+    out_dir.mkdir()
+    return run_ranks(SCRIPT, out_dir, mode)
 
 
 @pytest.fixture(scope="module")
@@ -218,9 +224,11 @@ def test_bad_spending_settings_are_refused_with_the_fix(tmp_path, field, value, 
         CoBAConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, **{field: value})
 
 
+@pytest.mark.slow
+@pytest.mark.distributed
+@pytest.mark.timeout(900)
 def test_refill_and_skipping_hold_on_two_processes(tmp_path):
-    (tmp_path / "skip").mkdir()
-    results = run_ranks(SCRIPT, tmp_path / "skip", "refill-skip")
+    results = _on_two_processes(tmp_path / "skip", "refill-skip")
     logs = [h for h in results[0]["logs"] if "coba/rollouts_generated" in h]
     seen = sum(len(call) for result in results for call in result["seen"])
     assert sum(h["coba/rollouts_generated"] for h in logs) == seen == results[0]["rollouts_generated"]
@@ -236,6 +244,9 @@ def test_refill_and_skipping_hold_on_two_processes(tmp_path):
     assert skipped and all(settled(uid) for uid in skipped)
 
 
+@pytest.mark.slow
+@pytest.mark.distributed
+@pytest.mark.timeout(900)
 def test_a_resume_inside_a_refill_round_on_two_processes_equals_the_uninterrupted_run(tmp_path):
     full, resumed = tmp_path / "full", tmp_path / "resumed"
     full.mkdir()
@@ -243,7 +254,8 @@ def test_a_resume_inside_a_refill_round_on_two_processes_equals_the_uninterrupte
     uninterrupted = run_ranks(SCRIPT, full, "resume")
     continued = run_ranks(SCRIPT, resumed, "resume", str(full / "checkpoint-3"))
     for ours, theirs in zip(continued, uninterrupted, strict=True):
-        assert [h["loss"] for h in ours["logs"] if "loss" in h] == [h["loss"] for h in theirs["logs"] if "loss" in h]
+        assert ours["losses"] == theirs["losses"]
+        assert ours["weights"] == theirs["weights"]
         assert ours["rollouts_generated"] == theirs["rollouts_generated"]
     assert read_rounds(resumed) == read_rounds(full)[2:]
 
@@ -422,9 +434,11 @@ def test_filler_rows_past_the_bound_are_dealt_evenly_over_the_processes():
     assert all(int(share["num_items_in_batch"]) == 5 for share in shares)  # the kept rows' tokens
 
 
+@pytest.mark.slow
+@pytest.mark.distributed
+@pytest.mark.timeout(900)
 def test_on_two_processes_the_rows_trained_are_disjoint_and_are_the_rounds_rows_with_spread(tmp_path):
-    (tmp_path / "refill").mkdir()
-    results = run_ranks(SCRIPT, tmp_path / "refill", "refill")
+    results = _on_two_processes(tmp_path / "refill", "refill")
     rounds = len(results[0]["batches"])
     assert rounds == len(results[1]["batches"]) >= 6
     for r in range(rounds):
@@ -490,12 +504,83 @@ def test_skipping_by_the_chance_of_spread_skips_settled_prompts_only_and_saves_r
     assert per_row < refill.rollouts_generated / sum(_logged(refill, "coba/rows_with_spread"))
 
 
+@pytest.mark.slow
+@pytest.mark.distributed
+@pytest.mark.timeout(900)
 def test_skipping_by_the_chance_of_spread_agrees_on_two_processes(tmp_path):
-    (tmp_path / "spread").mkdir()
-    results = run_ranks(SCRIPT, tmp_path / "spread", "refill-spread")
+    results = _on_two_processes(tmp_path / "spread", "refill-spread")
     assert results[0]["history"] == results[1]["history"]
     for result in results:  # each process trains 8 of the round's 16 rows
         assert all(len(batch["advantages"]) == 8 for batch in result["batches"])
     records = read_rounds(tmp_path / "spread")
     skipped = [uid for record in records for uid in _visited(record) if uid not in _drawn(record)]
     assert skipped and all(settled(uid) for uid in skipped)
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+@pytest.mark.timeout(900)
+def test_two_phase_refill_on_two_processes_gives_every_trained_row_its_own_groups_advantage(tmp_path):
+    # Each process trains rows that any process generated, screened and refilled in two phases: a mixed prompt's
+    # row rewarded 1 must carry a positive advantage and one rewarded 0 a negative one, whoever trains it.
+    results = _on_two_processes(tmp_path / "two-phase", "refill-two-phase")
+    checked = 0
+    for r in range(len(results[0]["batches"])):
+        rewards = {}
+        for result in results:
+            for uid, ids, reward in result["rewarded"][r]:
+                rewards.setdefault((uid, tuple(ids)), set()).add(reward)
+        for result in results:
+            for uid, ids, advantage in result["batches"][r]["trained_rows"]:
+                seen = rewards[(uid, tuple(ids))]
+                assert not settled(uid)  # only groups with spread are trained
+                if len(seen) == 1:  # the same completion rewarded both ways in one round tells nothing
+                    assert (advantage > 0) == (seen.pop() == 1.0) and advantage != 0
+                    checked += 1
+    assert checked >= 40
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+@pytest.mark.timeout(600)
+def test_a_process_that_draws_other_prompts_than_process_0_stops_the_run_with_the_cause(tmp_path):
+    # With refill or skipping every process draws the round's prompts from its own cursor; process 1's dataset in
+    # another order must not train prompts the plan and the history never saw.
+    (tmp_path / "diverge").mkdir()
+    result = launch(SCRIPT, tmp_path / "diverge", "diverge", timeout=300)
+    assert result.returncode != 0
+    for rank in range(2):
+        error = (tmp_path / "diverge" / f"rank{rank}.error").read_text()
+        assert error.startswith("Process 1 holds other prompts for this round than process 0")
+        assert "same seed" in error and "same train_dataset in the same order" in error
+    assert not (tmp_path / "diverge" / "rank0.json").exists()
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        dict(skip_rule="spread_chance"),  # the skipper's fitted prior decides the first visits after the resume
+        dict(zero_variance_groups="keep"),  # skipping without refill draws from the cursor too
+    ],
+    ids=["spread-chance", "skip-without-refill"],
+)
+def test_a_resume_with_skipping_equals_the_uninterrupted_run(tmp_path, overrides):
+    config = dict(MODES["resume"], max_steps=12, **overrides)  # 3 rounds an epoch: the resume is in the second
+    full = refill_trainer(tmp_path / "full", **config)
+    full.train()
+    resumed = refill_trainer(tmp_path / "resumed", **config)
+    resumed.train(resume_from_checkpoint=str(tmp_path / "full" / "checkpoint-7"))  # inside the fourth round
+    assert sum(_logged(full, "coba/prompts_skipped")) > 0
+    assert _logged(resumed, "loss") == _logged(full, "loss")
+    resumed_logs = [
+        {k: v for k, v in h.items() if k.startswith("coba/") and "time" not in k} for h in resumed.state.log_history
+    ]
+    full_logs = [
+        {k: v for k, v in h.items() if k.startswith("coba/") and "time" not in k} for h in full.state.log_history
+    ]
+    assert resumed_logs == full_logs[-len(resumed_logs) :]  # what each round logged, the skipper's prior included
+    assert read_rounds(tmp_path / "resumed") == read_rounds(tmp_path / "full")[4:]
+    assert resumed.round_runner.skipper.state_dict() == full.round_runner.skipper.state_dict()
+    assert resumed.pass_rate_history.state_dict() == full.pass_rate_history.state_dict()
+    for ours, theirs in zip(resumed.model.parameters(), full.model.parameters(), strict=True):
+        assert torch.equal(ours, theirs)

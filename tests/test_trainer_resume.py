@@ -332,3 +332,39 @@ def test_a_stop_right_after_trls_save_leaves_a_checkpoint_that_resumes_with_true
     assert resumed.state.global_step == 4
     assert sorted(name for name in os.listdir(tmp_path) if name.startswith("checkpoint-")) == ["checkpoint-4"]
     assert incomplete_reason(str(tmp_path / "checkpoint-4")) is None
+
+
+def test_a_resume_with_another_gradient_accumulation_logs_the_rounds_of_both_layouts_once(tmp_path, caplog):
+    # Saved at step 3 with gradient_accumulation_steps=1, inside the round that started at micro-step 2; resumed in
+    # the same folder with 2: the log keeps the rounds the saving run had started, and the resumed run's rounds
+    # follow at its own micro-steps. The saved plan is not replayed for the new layout's rounds.
+    overrides = dict(steps_per_generation=2, prompt_id_column="uid", max_steps=6)
+    dataset = prompt_dataset(8, repeats=2)
+    _trainer(tmp_path, dataset, **overrides).train()
+    assert [(r["micro_step"], r["global_step"]) for r in read_rounds(str(tmp_path))] == [(0, 0), (2, 2), (4, 4)]
+    resumed = _trainer(tmp_path, dataset, **overrides, gradient_accumulation_steps=2)
+    with caplog.at_level(logging.WARNING):
+        resumed.train(resume_from_checkpoint=str(tmp_path / "checkpoint-3"))
+    logged = [(r["micro_step"], r["global_step"]) for r in read_rounds(str(tmp_path))]
+    assert logged == [(0, 0), (2, 2), (6, 3), (8, 4), (10, 5)]
+    assert "another batch layout (gradient_accumulation_steps 1 -> 2)" in caplog.text
+    assert "other prompts than the resumed round" not in caplog.text
+
+
+def test_a_save_into_a_folder_another_process_count_used_owns_it_and_resumes_exactly(tmp_path):
+    # A two-process run saved checkpoint-3 inside a round (coba_rows_0.pt and coba_rows_1.pt); a one-process run in
+    # the same output folder saves checkpoint-3 again. Its resume must train its own saved rows, as the
+    # uninterrupted run did, not regenerate the round because a second process's rows are lying there.
+    overrides = dict(steps_per_generation=2, prompt_id_column="uid")
+    dataset = prompt_dataset(8, repeats=2)
+    reference = _trainer(tmp_path / "reference", dataset, **overrides)
+    reference.train()
+    used = tmp_path / "used"
+    (used / "checkpoint-3").mkdir(parents=True)
+    shutil.copy(tmp_path / "reference" / "checkpoint-3" / "coba_rows_0.pt", used / "checkpoint-3" / "coba_rows_1.pt")
+    _trainer(used, dataset, **overrides).train()
+    assert sorted(p.name for p in (used / "checkpoint-3").glob("coba_rows_*.pt")) == ["coba_rows_0.pt"]
+    resumed = _trainer(tmp_path / "resumed", dataset, **overrides)
+    resumed.train(resume_from_checkpoint=str(used / "checkpoint-3"))
+    losses = [h["loss"] for h in reference.state.log_history if "loss" in h]
+    assert [h["loss"] for h in resumed.state.log_history if "loss" in h] == losses

@@ -7,10 +7,13 @@ round is planned, scored and recorded. Plain functions and small classes; the tr
 - `source`: one interface for where a round's prompts come from (`sampling` for a dataset, `streaming` for a stream):
   the per-process batch, the prompt ids, the resume position, and the cursor rounds of a variable number of prompts
   draw from.
+- `batches`: what every round holds: its generation batches, all of them seen as one round, and its log record.
+- `resume`: where a resumed run picks up its rounds (micro-step, the round in progress, the allocation log).
 - `refill` and `skipping`: rounds of several generation batches that replace groups without spread (DAPO's dynamic
   sampling), and settled prompts skipped before generation (GRESO).
 - `plan`: the allocator's group size per prompt (process 0), and the saved plan of a round a checkpoint was inside of.
-- `grouping`: the deal of each group's rows over the processes, and their expansion into rows (a fresh copy each).
+- `grouping`: the deal of a round's rows over the processes in contiguous slices (GRPO's for equal groups), and their
+  expansion into rows (a fresh copy each).
 - `rollouts`: a `rollout_func` written for GRPOTrainer, called once per group size.
 - `phases`: two-phase rounds (merging TRL's outputs) and zero-variance groups.
 - `scoring` and `advantages`: advantages over groups of any size, successes, and the one place the pass-rate history

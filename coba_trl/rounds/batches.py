@@ -76,15 +76,26 @@ def combined(batches: list[GenerationBatch]):
     return plan, scored, phases
 
 
-def round_record(batches: list[GenerationBatch], group_weighting: str, skipped: list, chosen, draws: bool) -> dict:
+def process_groups(phase, num_processes: int) -> list[list[list[int]]]:
+    """Per process, the [group, rows] it generated in `phase` (its equal slice of the phase's gathered rows)."""
+    return [
+        [[int(group), int(rows)] for group, rows in zip(*np.unique(part, return_counts=True), strict=True)]
+        for part in np.split(np.asarray(phase.group_ids), num_processes)
+    ]
+
+
+def round_record(
+    batches: list[GenerationBatch], group_weighting: str, skipped: list, chosen, draws: bool, num_processes: int = 1
+) -> dict:
     """The allocation-log record of a round (`coba_trl.rounds.log`): its first batch as every round records it and,
     when the round draws its prompts (refill, skipping), the prompts skipped while drawing each batch (`skipped`, one
     list per batch), the groups discarded and each refill batch's own record (prompts, pass rates, group sizes,
-    successes)."""
+    successes). Each batch records which groups each of the `num_processes` processes generated, phase by phase."""
 
     def batch_record(batch: GenerationBatch, skipped_here: list) -> dict:
         record = {**batch.plan.record, "group_weighting": group_weighting}
         record.update(successes=plain(batch.scored.successes), scored_rollouts=plain(batch.scored.scored))
+        record["process_groups"] = [process_groups(phase, num_processes) for phase in batch.phases]
         if draws:
             record["skipped_prompts"] = list(skipped_here)
         if chosen is not None:

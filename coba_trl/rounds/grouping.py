@@ -69,21 +69,16 @@ def balanced_order(sizes: np.ndarray, weights: np.ndarray, num_ranks: int) -> np
         first, last = (ends - sizes[order]) // per_rank, (ends - 1) // per_rank  # each position's first and last rank
         loads = rank_loads(sizes, weights, order, num_ranks)
         heavy, light = int(np.argmax(loads)), int(np.argmin(loads))
-        gap, best = float(loads[heavy] - loads[light]), None
-        on_light = np.flatnonzero((first == light) & (last == light))
-        for position in np.flatnonzero((first == heavy) & (last == heavy)):
-            group = order[position]
-            partners = on_light[sizes[order[on_light]] == sizes[group]]
-            if partners.size == 0:
-                continue
-            after = np.abs(gap - 2 * sizes[group] * (weights[group] - weights[order[partners]]))
-            pick = int(np.argmin(after))
-            if after[pick] < gap - 1e-9 and (best is None or after[pick] < best[0]):
-                best = (float(after[pick]), position, int(partners[pick]))
-        if best is None:
+        gap = float(loads[heavy] - loads[light])
+        on_heavy = order[(first == heavy) & (last == heavy)]  # the groups lying wholly on each of the two ranks
+        on_light = order[(first == light) & (last == light)]
+        moved = sizes[on_heavy, None] * (weights[on_heavy, None] - weights[None, on_light])  # tokens a swap moves
+        after = np.where(sizes[on_heavy, None] == sizes[None, on_light], np.abs(gap - 2 * moved), np.inf)
+        if after.size == 0 or after.min() >= gap - 1e-9:
             break
-        _, a, b = best
-        order[a], order[b] = order[b], order[a]
+        a, b = np.unravel_index(int(np.argmin(after)), after.shape)
+        i, j = np.flatnonzero(order == on_heavy[a])[0], np.flatnonzero(order == on_light[b])[0]
+        order[i], order[j] = order[j], order[i]
     return order
 
 

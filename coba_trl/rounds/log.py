@@ -19,6 +19,9 @@ runs round by round:
 - `group_weighting`: `"row"` or `"prompt"` (how much each group weighed in the loss);
 - `successes`: successes per prompt over the whole group (all phases), and `scored_rollouts`: its rows that had a
   success reward (not NaN): the values the pass-rate history recorded;
+- `process_groups`: per generation phase (one, or the screening and the rest with `two_phase_rounds`), per process,
+  the `[prompt position, rows]` of each group it generated: the prompts its backend prefilled (a group split over
+  two processes appears on both);
 - rounds that draw their prompts (`zero_variance_groups="refill"`, `skip_settled_prompts`) also give
   `skipped_prompts` (skipped while drawing the batch), `discarded` (with refill: the groups without spread) and
   `refills` (each further batch of replacement prompts, with the keys above), `rows_trained` and `bound_reached`.

@@ -161,7 +161,7 @@ class RoundRunner:
                 flat = scored.zero_spread.cpu().numpy()
                 self.skipper.observe_round(plan.prompt_ids, flat, scored.successes, scored.scored, start_epoch > 0)
             if self.log is not None:
-                record = round_record(batches, args.group_weighting, skipped, chosen, self.draws_prompts)
+                record = round_record(batches, args.group_weighting, skipped, chosen, self.draws_prompts, processes)
                 record = {"micro_step": micro_step, "global_step": global_step, **record}
                 shared_call(lambda: self.log.write(record), self.accelerator)
         return scored.batch

@@ -37,13 +37,18 @@ class SpendingRecorder:
     def __init__(self, trainer):
         self.seen, self.batches = [], []
         self.generated = []  # per round: (uid, completion ids) of every row this process generated
+        self.rewarded = []  # per round: (uid, completion ids, reward) of every row this process generated
         reward = trainer.reward_funcs[0]
+        tokenizer = trainer.processing_class
 
         def record_reward(completions, uid, **kwargs):
             self.seen.append(list(uid))
+            rewards = reward(completions, uid, **kwargs)
             if trainer.model.training:
-                self.generated[-1] += [[u, list(ids)] for u, ids in zip(uid, kwargs["completion_ids"], strict=True)]
-            return reward(completions, uid, **kwargs)
+                rows = list(zip(uid, kwargs["completion_ids"], rewards, strict=True))
+                self.generated[-1] += [[u, list(ids)] for u, ids, _ in rows]
+                self.rewarded[-1] += [[u, list(ids), r] for u, ids, r in rows]
+            return rewards
 
         record_reward.__name__ = reward.__name__
         trainer.reward_funcs[0] = record_reward
@@ -52,15 +57,23 @@ class SpendingRecorder:
         def record_round(inputs):
             if trainer.model.training:
                 self.generated.append([])
+                self.rewarded.append([])
             output = generate(inputs)
             if trainer.model.training:
                 ids, mask = output["completion_ids"], output["completion_mask"].bool()
+                prompts = tokenizer.batch_decode(output["prompt_ids"], skip_special_tokens=True)
+                uids = ["q" + prompt.split()[-1].rstrip(":") for prompt in prompts]  # "Question i:" is q<i>
+                trained = [i for i, keep in enumerate(mask) if keep.any()]
                 self.batches.append(
                     {
                         "advantages": output["advantages"].tolist(),
                         "trained_tokens": output["completion_mask"].sum(1).tolist(),
                         "num_items_in_batch": float(output["num_items_in_batch"]),
-                        "trained": [row[keep].tolist() for row, keep in zip(ids, mask, strict=True) if keep.any()],
+                        "trained": [ids[i][mask[i]].tolist() for i in trained],
+                        # (uid, completion ids, advantage) of each trained row
+                        "trained_rows": [
+                            [uids[i], ids[i][mask[i]].tolist(), output["advantages"][i].item()] for i in trained
+                        ],
                     }
                 )
             return output
@@ -105,6 +118,7 @@ MODES = {
     "refill-skip": {"skip_settled_prompts": True, "max_steps": 12},
     "refill-two-phase": {"two_phase_rounds": True, "min_generations": 2},
     "refill-spread": {"skip_settled_prompts": True, "skip_rule": "spread_chance", "max_steps": 12},
+    "diverge": {"skip_settled_prompts": True, "max_steps": 4},  # process 1's dataset in another order
     "resume": {"steps_per_generation": 2, "save_strategy": "steps", "save_steps": 1, "skip_settled_prompts": True},
 }
 
@@ -113,13 +127,24 @@ def main(out_dir: str, mode: str, resume_from: str | None = None) -> None:
     """Every rank dumps what it saw to OUT_DIR/rank{R}.json, then leaves the run (`leave_multiprocess_cpu_run`)."""
     from coba_trl.distributed import leave_multiprocess_cpu_run
 
-    trainer = refill_trainer(out_dir, **MODES[mode])
+    dataset = None
+    if mode == "diverge" and os.environ.get("RANK") == "1":
+        dataset = prompt_dataset(12).shuffle(seed=1)
+    trainer = refill_trainer(out_dir, train_dataset=dataset, **MODES[mode])
     recorder = SpendingRecorder(trainer)
-    trainer.train(resume_from_checkpoint=resume_from)
     rank = trainer.accelerator.process_index
+    try:
+        trainer.train(resume_from_checkpoint=resume_from)
+    except RuntimeError as error:
+        with open(os.path.join(out_dir, f"rank{rank}.error"), "w") as f:
+            f.write(str(error))
+        raise
     result = {
         "seen": recorder.seen,
         "generated": recorder.generated,
+        "rewarded": recorder.rewarded,
+        "losses": [h["loss"] for h in trainer.state.log_history if "loss" in h],
+        "weights": [float(p.detach().double().sum()) for p in trainer.model.parameters()],
         "batches": recorder.batches,
         "logs": [{k: v for k, v in h.items() if isinstance(v, (int, float))} for h in trainer.state.log_history],
         "rollouts_generated": trainer.rollouts_generated,
