@@ -351,11 +351,29 @@ def preview_settings(args: EvalArguments) -> dict:
     return PAPER_PREVIEW
 
 
+def training_command(args: EvalArguments, path: str) -> str:
+    """The command that trains the evaluated model on the scored set with its pass rates as priors; on a machine
+    without CUDA, with the CPU's settings (for `arithmetic`, the demo's prompts as written and its completion length,
+    so that it runs as printed)."""
+    import torch
+
+    command = (
+        f"python examples/train_qwen.py --model_name_or_path {args.model_name_or_path} --dataset_name {path} "
+        "--prior_pass_rate_column pass_rate"
+    )
+    if args.train_dataset == ARITHMETIC:
+        completion = DEMO_TRAINING_ARGS["max_completion_length"]
+        command += f" --instruction none --max_completion_length {completion} --max_steps 100"
+    if not torch.cuda.is_available():
+        command += " --use_cpu true --bf16 false"
+    return command
+
+
 def score_train_set(args: EvalArguments, dataset, generate):
     scored = score_training_set(dataset, generate, args.k, REWARD_FUNCS[args.reward_funcs[0]])
     path = write_pass_rates(scored, args.output_dir)
     print(f"pass rates at k = {args.k}, graded by {args.reward_funcs[0]}: {describe(scored['pass_rate'])}")
-    print(f"Wrote {path}. Train on it with: --dataset_name {path} --prior_pass_rate_column pass_rate")
+    print(f"Wrote {path}. Train on it, allocating from step 1, with:\n  {training_command(args, path)}")
     settings = preview_settings(args)
     flags = " ".join(f"--{key} {value}" for key, value in settings.items())
     other = f"python -m coba_trl.preview {path} --FIELD VALUE ..."

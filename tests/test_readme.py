@@ -54,12 +54,21 @@ def test_readme_python_block_runs(name, code, tmp_path, monkeypatch):
     exec(compile(code, name, "exec"), {"__name__": "__readme__"})
 
 
+CPU_TORCH = "pip install torch==2.13.0 --extra-index-url https://download.pytorch.org/whl/cpu"
+
+
 def test_the_two_set_up_commands_are_the_ones_ci_runs():
+    """Two set-up commands, which CI runs as written: the install (torch's CPU build first, from PyTorch's CPU index,
+    as pip's default index serves the CUDA build) with the demo, then the tests; the same torch for vLLM's CPU build."""
     install, tests = (code.strip() for info, code in BLOCKS[:2])
-    assert install == 'pip install torch==2.13.0 && pip install -e ".[dev]" && python examples/train_qwen.py'
+    assert install == f'{CPU_TORCH} && pip install -e ".[dev]" && python examples/train_qwen.py'
     assert tests == "python -m pytest"
-    ci = (ROOT / ".ci" / "run").read_text()
-    assert "pip install -q torch==2.13.0" in ci and 'pip install -q -e ".[dev]"' in ci and "python -m pytest" in ci
+    vllm_install = BLOCKS[2][1].splitlines()[0]
+    assert vllm_install.startswith(f"{CPU_TORCH} && ")
+    ci = (ROOT / ".ci" / "run").read_text().splitlines()
+    for command in (install, vllm_install):
+        assert f"{command} || exit 1" in ci
+    assert "python -m pytest" in ci
 
 
 def shell_commands(readme: str = README) -> list[str]:
