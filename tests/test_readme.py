@@ -57,6 +57,24 @@ def test_readme_python_block_runs(name, code, tmp_path, monkeypatch):
 CPU_TORCH = "pip install torch==2.13.0 --extra-index-url https://download.pytorch.org/whl/cpu"
 
 
+TINY_EXAMPLE = next(code for info, code in BLOCKS if info == "python" and "build_tiny_qwen2" in code)
+
+
+@pytest.mark.slow
+def test_the_tiny_example_prints_what_the_readme_says(tmp_path, monkeypatch, capfd, caplog):
+    """The lines the README shows after its tiny example, and its end-of-run line, are what the example prints."""
+    monkeypatch.chdir(tmp_path)
+    exec(compile(TINY_EXAMPLE, "README.md tiny example", "exec"), {"__name__": "__readme__"})
+    printed = "".join(capfd.readouterr()).splitlines() + caplog.messages  # warnings come through `logging`
+    after = README.split(f"{TINY_EXAMPLE}```", 1)[1]
+    shown = fenced_blocks(after)[0]
+    assert shown[0] == "text" and [line for line in printed if line.startswith("step ")] == shown[1].splitlines()
+    end_of_run = re.search(r"`(\[coba\] [^`]*)`, \.\.\.", after).group(1)
+    assert any(line.startswith(end_of_run) for line in printed), end_of_run
+    warned = any(line.startswith("Round 1 trained no row from a group with spread") for line in printed)
+    assert warned == ("a warning that round 1 trained no row from a group with spread" in after.split("```text")[0])
+
+
 def test_the_two_set_up_commands_are_the_ones_ci_runs():
     """Two set-up commands, which CI runs as written: the install (torch's CPU build first, from PyTorch's CPU index,
     as pip's default index serves the CUDA build) with the demo, then the tests; the same torch for vLLM's CPU build."""
