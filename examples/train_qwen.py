@@ -3,7 +3,7 @@
 
 Without --model_name_or_path this runs the offline CPU demo, and every flag adjusts it: a tiny Qwen2 model built
 locally is warm-started on sums of 3 to 7 single digits, then trained with CoBAGRPOTrainer and the DAPO accuracy
-reward (2 to 3 minutes on 2 idle CPU cores, no network). The defaults below are the demo's (recipes/cpu_demo.yaml).
+reward (about 2 minutes of CPU time, no network). The defaults below are the demo's (recipes/cpu_demo.yaml).
 The demo writes to outputs/cpu_demo; with flags and no --output_dir, to a folder named after the flags
 (outputs/cpu_demo-budget_allocator_knapsack-max_steps_40 below; flags on a recipe: after the recipe's output_dir).
 It never replaces a finished run's results unless --overwrite_output_dir is given. --save_steps N saves a checkpoint every N steps, and --resume_from_checkpoint

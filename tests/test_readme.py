@@ -130,6 +130,10 @@ SMALL_DEMO = (
 ).split()
 
 
+def test_the_multi_gpu_launch_is_in_the_first_150_lines():
+    assert any("accelerate launch" in line and "zero3_8gpu.yaml" in line for line in README.splitlines()[:150])
+
+
 def test_every_shell_command_runs_here_or_says_what_it_needs():
     assert "python examples/train_qwen.py --help" in OFFLINE
     assert any("--resume_from_checkpoint" in command for command in OFFLINE)
