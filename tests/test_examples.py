@@ -369,7 +369,10 @@ def test_a_refill_demo_reports_the_completions_it_generated_everywhere(tmp_path,
     rows = int(sum(record.get("coba/rows_trained", 0) for record in history))
     assert generated > 2 * 32  # more than the rounds' planned completions: refill generated more
     summary = json.loads((tmp_path / "demo_summary.json").read_text())
-    assert summary["rollouts"] == generated
+    assert summary["rollouts"] == generated and summary["rows_trained"] == rows
+    skipped = int(sum(record.get("coba/prompts_skipped", 0) for record in history))
+    spread = int(sum(record.get("coba/rows_with_spread", 0) for record in history))
+    assert summary["prompt_visits_skipped"] == skipped and summary["rows_with_spread"] == spread
     assert f"after 4 RL steps ({generated} completions generated) in" in out
     assert f"[coba] {generated:,} completions generated in 2 rounds, {rows:,} rows trained" in out
     assert f"In all it generated {generated:,} completions in 2 rounds" in (tmp_path / "README.md").read_text()
