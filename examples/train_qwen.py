@@ -51,7 +51,6 @@ if __name__ == "__main__" and requested_model(sys.argv[1:]) is None:
     pin_cpu_numerics()  # the CPU demo: torch's CPU code paths pinned (docs/numerics.md)
 
 from trl import ModelConfig, TrlParser, get_peft_config, get_quantization_config  # noqa: E402
-from trl.trainer.utils import get_callable_name  # noqa: E402
 
 from coba_trl import CoBAConfig, CoBAGRPOTrainer  # noqa: E402
 from coba_trl.config import coba_field_names  # noqa: E402
@@ -70,7 +69,7 @@ from coba_trl.demo.task import make_problems, to_prompt_dataset  # noqa: E402
 from coba_trl.distributed import leave_multiprocess_cpu_run  # noqa: E402
 from coba_trl.generation.vllm_backend import check_vllm_installed  # noqa: E402
 from coba_trl.rewards import boxed_accuracy_reward, dapo_accuracy_reward  # noqa: E402
-from coba_trl.validation import check_construction, check_hub_access, check_success_reward  # noqa: E402
+from coba_trl.validation import check_construction, check_hub_access  # noqa: E402
 
 ARITHMETIC = "arithmetic"
 REWARD_FUNCS = {"dapo_accuracy_reward": dapo_accuracy_reward, "boxed_accuracy_reward": boxed_accuracy_reward}
@@ -154,11 +153,9 @@ def load_reward_func(name: str):
     return func
 
 
-def load_reward_funcs(script_args: ScriptArguments, training_args: CoBAConfig) -> list:
-    """The reward callables of `--reward_funcs`, checked against `--success_reward_func` (before any work)."""
-    funcs = [load_reward_func(name) for name in script_args.reward_funcs]
-    check_success_reward(training_args.success_reward_func, [get_callable_name(func) for func in funcs])
-    return funcs
+def load_reward_funcs(names: list[str]) -> list:
+    """The reward callables of `--reward_funcs` (`--success_reward_func` is checked against them with the dataset)."""
+    return [load_reward_func(name) for name in names]
 
 
 def load_train_dataset(script_args: ScriptArguments, demo_args: DemoArguments, seed: int):
@@ -339,7 +336,7 @@ def main(argv: list[str] | None = None) -> None:
     warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning)
     try:  # every value refused (config bounds, rewards, checkpoint, dataset columns): one line, before any work
         script_args, training_args, model_args, demo_args = parse(argv)
-        reward_funcs = load_reward_funcs(script_args, training_args)
+        reward_funcs = load_reward_funcs(script_args.reward_funcs)
         checkpoint = training_args.resume_from_checkpoint
         if checkpoint and not resumes_latest(checkpoint):
             check_checkpoint_path(checkpoint)

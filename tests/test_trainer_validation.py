@@ -271,3 +271,12 @@ def test_none_in_a_column_the_reward_reads_fails_at_construction(tmp_path, model
         CoBAGRPOTrainer(model, solution_reward, args=args, train_dataset=dataset, processing_class=tokenizer)
     dataset = dataset.select(range(15))  # the rows left hold no None: the indices mapping is read, not the table
     CoBAGRPOTrainer(model, solution_reward, args=args, train_dataset=dataset, processing_class=tokenizer)
+
+
+def test_a_wrong_success_reward_func_is_refused_before_the_model_loads(tmp_path):
+    """The reward names are known before TRL loads the model: a model id that cannot load here is never reached."""
+    args = CoBAConfig(output_dir=str(tmp_path), success_reward_func="accuracy", **TINY_ARGS)
+    with pytest.raises(
+        ValueError, match=r"success_reward_func is 'accuracy'; 'accuracy' is not one of .*'parity_reward'"
+    ):
+        CoBAGRPOTrainer("no-such-org/no-such-model", parity_reward, args=args, train_dataset=prompt_dataset())

@@ -8,7 +8,12 @@ dataset, the number of processes or the trainer's arguments. Every error names t
 from __future__ import annotations
 
 from coba_trl.validation.dataset import check_dataset, dataset_columns
-from coba_trl.validation.rewards import check_reward_columns, check_reward_values
+from coba_trl.validation.rewards import (
+    check_reward_columns,
+    check_reward_values,
+    check_success_reward,
+    reward_func_names,
+)
 
 
 def check_construction(args, train_dataset, reward_funcs, trainer_kwargs: dict) -> None:
@@ -18,6 +23,8 @@ def check_construction(args, train_dataset, reward_funcs, trainer_kwargs: dict) 
     check_dataset(train_dataset, args.prompt_id_column, args.prior_pass_rate_column, environment_factory is None)
     if trainer_kwargs.get("rollout_func") is None:  # a rollout_func's extra fields reach the rewards as columns too
         check_reward_values(train_dataset, check_reward_columns(reward_funcs, dataset_columns(train_dataset) or []))
+    if environment_factory is None and reward_funcs is not None:  # environments add their rewards when built
+        check_success_reward(args.success_reward_func, reward_func_names(reward_funcs))
     check_generation_kwargs(args.generation_kwargs, args.use_vllm)
     if args.two_phase_rounds:
         prompts_per_round = args.generation_batch_size // args.num_generations

@@ -66,6 +66,22 @@ def check_reward_values(train_dataset: Dataset, columns: list[str]) -> None:
             )
 
 
+def reward_func_names(reward_funcs) -> list[str]:
+    """The names TRL's GRPOTrainer gives `reward_funcs` (`reward_func_names`), known before it loads any model: a
+    reward model's id (its last path part), else the callable's name."""
+    from trl.trainer.utils import get_callable_name, get_config_model_id
+
+    names = []
+    for func in reward_funcs if isinstance(reward_funcs, list) else [reward_funcs]:
+        if isinstance(func, str):
+            names.append(func.split("/")[-1])
+        elif hasattr(func, "config") and hasattr(func, "forward"):
+            names.append(get_config_model_id(func.config).split("/")[-1])
+        else:
+            names.append(get_callable_name(func))
+    return names
+
+
 def check_success_reward(success_reward_func: str | list[str] | None, reward_func_names: list[str]) -> tuple[int, ...]:
     """Indices of the reward functions that define a success, in order (the first one when `success_reward_func` is
     None). A row's success reward is the first of them that scored it (`coba_trl.rounds.scoring.success_scores`)."""
