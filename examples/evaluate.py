@@ -75,7 +75,13 @@ if __name__ == "__main__" and (evaluates_demo_model(sys.argv[1:]) or evaluates_d
 from trl import TrlParser  # noqa: E402
 
 from coba_trl.data import EVAL_BENCHMARKS, load_dapo_math, load_eval_benchmark  # noqa: E402
-from coba_trl.data.sources import LOCAL_MODEL, hub_error, hub_unreachable, require_hub  # noqa: E402
+from coba_trl.data.sources import (  # noqa: E402
+    LOCAL_MODEL,
+    check_model_source,
+    hub_error,
+    hub_unreachable,
+    require_hub,
+)
 from coba_trl.demo.config import DEMO_TRAINING_ARGS, REGIMES, regime_arguments  # noqa: E402
 from coba_trl.demo.task import demo_problem_sets, to_prompt_dataset  # noqa: E402
 from coba_trl.evaluation import (  # noqa: E402
@@ -408,9 +414,17 @@ def main(argv: list[str] | None = None):
             dataset = load_train_set(args)
         except (ValueError, FileNotFoundError) as error:
             fail(f"--train_dataset {args.train_dataset}: {error}", parser.prog)
+        try:
+            check_model_source(args.model_name_or_path)
+        except ValueError as error:
+            fail(" ".join(str(error).split()), parser.prog)
         generate, _ = build_generate(args)
         return score_train_set(args, dataset, generate)
-    benchmarks = load_benchmarks(args)
+    try:  # an unknown benchmark, a file that cannot be read, a model that cannot be found: one line, before loading
+        benchmarks = load_benchmarks(args)
+        check_model_source(args.model_name_or_path)
+    except (ValueError, FileNotFoundError) as error:
+        fail(" ".join(str(error).split()), parser.prog)
     generate, backend = build_generate(args)
     return score_benchmarks(args, benchmarks, generate, backend)
 

@@ -55,7 +55,7 @@ from trl import ModelConfig, TrlParser, get_peft_config, get_quantization_config
 from coba_trl import CoBAConfig, CoBAGRPOTrainer  # noqa: E402
 from coba_trl.config import coba_field_names  # noqa: E402
 from coba_trl.data import DAPO_HUB_ID, load_dapo_math  # noqa: E402
-from coba_trl.data.sources import LOCAL_MODEL, require_hub  # noqa: E402
+from coba_trl.data.sources import check_model_source  # noqa: E402
 from coba_trl.demo.config import DEMO_MODEL_ARGS, DEMO_TRAINING_ARGS, DemoArguments  # noqa: E402
 from coba_trl.demo.flags import (  # noqa: E402
     check_max_steps,
@@ -200,8 +200,6 @@ def train(
         check_construction(training_args, train_dataset, reward_funcs, {})
     except ValueError as error:
         fail(one_line(error))
-    if not os.path.isdir(model_args.model_name_or_path):
-        require_hub("model", model_args.model_name_or_path, LOCAL_MODEL)
     trainer = CoBAGRPOTrainer(
         model=model_args.model_name_or_path,
         reward_funcs=reward_funcs,
@@ -341,7 +339,9 @@ def main(argv: list[str] | None = None) -> None:
         if checkpoint and not resumes_latest(checkpoint):
             check_checkpoint_path(checkpoint)
         check_hub_access(training_args.push_to_hub, training_args.hub_token)
-        if model_args.model_name_or_path is None:
+        if model_args.model_name_or_path is not None:
+            check_model_source(model_args.model_name_or_path)
+        else:
             check_demo_request(script_args, training_args, demo_args, reward_funcs)
     except ValueError as error:
         fail(one_line(error))

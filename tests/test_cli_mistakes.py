@@ -109,3 +109,15 @@ def test_the_plot_of_a_folder_without_a_run_is_one_line(tmp_path, capsys):
         with pytest.raises(SystemExit) as stop:
             plot.main([str(folder)])
         assert stop.value.code == 2 and says in one_line(capsys.readouterr().err)
+
+
+def test_a_model_that_is_nowhere_is_one_line_before_anything_loads(script, capsys, tmp_path):
+    missing = str(tmp_path / "outputs" / "no_model")
+    line = refused(script, capsys, "--model_name_or_path", missing, "--use_cpu", "true", "--bf16", "false")
+    assert f"model_name_or_path {missing} is no local folder" in line and "Pass a local model directory" in line
+    evaluate = load("evaluate")
+    for argv, says in (
+        (["--model_name_or_path", missing, "--benchmarks", "arithmetic"], f"model_name_or_path {missing} is no"),
+        (["--model_name_or_path", missing, "--benchmarks", "aime"], "benchmarks: unknown ['aime']; choose among"),
+    ):
+        assert says in refused(evaluate, capsys, *argv)

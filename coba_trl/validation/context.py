@@ -75,13 +75,17 @@ def check_context_length(model, processing_class, train_dataset: Dataset, args) 
         f"({args.max_completion_length}) is {needed} tokens"
     )
     if context is not None and needed > context:
-        raise ValueError(
-            f"{lengths}, more than the model's context, max_position_embeddings ({context}). Set "
-            f"max_completion_length to at most {context - prompt}, or drop the longest prompts from train_dataset."
+        shorter = (
+            f"Set max_completion_length to at most {context - prompt}, or drop the longest prompts from train_dataset."
+            if prompt < context
+            else "The prompt alone fills the context, so no completion fits: drop or shorten the longest prompts (a "
+            "shorter instruction, e.g. --instruction none), or train a model with a longer context."
         )
+        raise ValueError(f"{lengths}, more than the model's context, max_position_embeddings ({context}). {shorter}")
     if vllm_context is not None and needed > vllm_context:
         allowed = f" (the model allows up to {context})" if context is not None else ""
         raise ValueError(
             f"{lengths}, more than vllm_max_model_length ({vllm_context}). Raise vllm_max_model_length to at least "
-            f"{needed}{allowed}, or set max_completion_length to at most {vllm_context - prompt}."
+            f"{needed}{allowed}"
+            + (f", or set max_completion_length to at most {vllm_context - prompt}." if prompt < vllm_context else ".")
         )
