@@ -200,14 +200,17 @@ def train(
         check_construction(training_args, train_dataset, reward_funcs, {})
     except ValueError as error:
         fail(one_line(error))
-    trainer = CoBAGRPOTrainer(
-        model=model_args.model_name_or_path,
-        reward_funcs=reward_funcs,
-        args=training_args,
-        train_dataset=train_dataset,
-        peft_config=get_peft_config(model_args),
-        quantization_config=get_quantization_config(model_args),
-    )
+    try:  # what the trainer refuses once the model is known (the context length): one line, before training
+        trainer = CoBAGRPOTrainer(
+            model=model_args.model_name_or_path,
+            reward_funcs=reward_funcs,
+            args=training_args,
+            train_dataset=train_dataset,
+            peft_config=get_peft_config(model_args),
+            quantization_config=get_quantization_config(model_args),
+        )
+    except ValueError as error:
+        fail(one_line(error))
     checkpoint = training_args.resume_from_checkpoint
     trainer.train(resume_from_checkpoint=True if resumes_latest(checkpoint) else checkpoint)
     trainer.save_model(training_args.output_dir)
