@@ -1,6 +1,7 @@
 """What the example scripts say about a command line they cannot use, each in one line on stderr (exit status 2, as
 argparse uses for usage errors): an unknown flag or `--config` key, with the nearest field; a config file that is
-missing or is not a YAML mapping, with its path.
+missing or is not a YAML mapping, with its path; a `--resume_from_checkpoint` folder that does not exist or is a run's
+output folder, with the checkpoints there are.
 
 TRL's `TrlParser` reads the `--config` file and the flags; these checks run before it, so its messages (a list of
 unknown arguments, a `FileNotFoundError` traceback) are never the ones a user meets. Torch-free: the scripts read
@@ -13,6 +14,7 @@ import argparse
 import dataclasses
 import difflib
 import os
+import re
 import sys
 from typing import NoReturn
 
@@ -104,3 +106,37 @@ def check_command_line(parser: argparse.ArgumentParser, argv: list[str]) -> None
     """Every flag of `argv` and every key of its `--config` file names a field of `parser`; the file exists."""
     check_flag_names(parser, argv)
     check_config_keys(parser, argv)
+
+
+CHECKPOINT_NAME = re.compile(r"checkpoint-(\d+)")  # the Trainer's checkpoint folders
+
+
+def checkpoints_in(folder: str) -> list[str]:
+    """The `checkpoint-N` folders in `folder`, by step ([] when `folder` is no folder)."""
+    names = os.listdir(folder) if os.path.isdir(folder) else []
+    found = [(int(m.group(1)), name) for name in names if (m := CHECKPOINT_NAME.fullmatch(name))]
+    return [name for _, name in sorted(found) if os.path.isdir(os.path.join(folder, name))]
+
+
+def check_checkpoint_path(path: str) -> None:
+    """`--resume_from_checkpoint PATH` (a folder, not `true`): a `ValueError` when PATH does not exist, naming the
+    checkpoints next to it, or when it is a run's output folder holding checkpoints, naming them."""
+    latest_hint = "or --resume_from_checkpoint true with --output_dir RUN_DIR for the latest complete one there"
+    if not os.path.exists(path):
+        parent = os.path.dirname(os.path.normpath(path)) or "."
+        saved = checkpoints_in(parent)
+        if saved:
+            there = f"{parent} holds {', '.join(saved)}"
+        else:
+            there = f"{parent} holds no checkpoint-N folder" if os.path.isdir(parent) else f"{parent} does not exist"
+        raise ValueError(
+            f"resume_from_checkpoint {path} is missing: no such folder ({there}). Pass an existing checkpoint-N "
+            f"folder, {latest_hint}."
+        )
+    saved = checkpoints_in(path)
+    if saved and not CHECKPOINT_NAME.fullmatch(os.path.basename(os.path.normpath(path))):
+        raise ValueError(
+            f"resume_from_checkpoint {path} is a run's output folder, not a checkpoint; it holds {', '.join(saved)}. "
+            f"Pass one of them (--resume_from_checkpoint {os.path.join(path, saved[-1])}), or "
+            f"--output_dir {path} --resume_from_checkpoint true for the latest complete one."
+        )

@@ -105,7 +105,7 @@ class CoBAConfig(_GRPOConfig):
             all solved or all failed, with a probability that rises with their run, self-tuned towards
             `skip_target_zero_spread`) or `"spread_chance"` (a prompt whose chance that a group of `num_generations`
             has spread, under a Beta posterior over its pass rate fitted to every prompt seen, is below
-            `skip_min_spread_chance`; never a prompt not seen yet).
+            `skip_min_spread_chance`; never a prompt not seen yet). `"spread_chance"` needs `skip_settled_prompts=True`.
         skip_min_spread_chance (`float`, *optional*, defaults to `0.5`):
             With `skip_rule="spread_chance"`: the chance of a group with spread below which a prompt is skipped.
         group_weighting (`str`, *optional*, defaults to `"row"`):
@@ -362,6 +362,12 @@ class CoBAConfig(_GRPOConfig):
             )
         if self.skip_rule not in SKIP_RULES:
             raise ValueError(f"skip_rule ({self.skip_rule!r}) must be one of {list(SKIP_RULES)}.")
+        if self.skip_rule != "greso" and not self.skip_settled_prompts:
+            raise ValueError(
+                f"skip_rule is {self.skip_rule!r} but skip_settled_prompts is False, so no prompt would be skipped. "
+                "Set skip_settled_prompts=True (--skip_settled_prompts true) to skip by this rule, or leave skip_rule "
+                "at its default."
+            )
         if not (math.isfinite(self.skip_min_spread_chance) and 0 < self.skip_min_spread_chance < 1):
             raise ValueError(
                 f"skip_min_spread_chance ({self.skip_min_spread_chance}) must be a chance strictly between 0 and 1, "

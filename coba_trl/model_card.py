@@ -86,7 +86,8 @@ def settings_section(args: CoBAConfig, steps: int, results: dict[str, str] | Non
     spent = ""
     if spending is not None and spending.rounds:
         spent = (
-            f" In all it generated {spending.generated:,} completions in {spending.rounds:,} rounds and trained "
+            f" In all it generated {spending.generated:,} completions in {spending.rounds:,} "
+            f"round{'' if spending.rounds == 1 else 's'} and trained "
             f"{spending.rows_trained:,} rows, {spending.rows_with_spread:,} of them from groups with a spread of "
             "rewards."
         )

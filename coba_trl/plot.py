@@ -42,9 +42,14 @@ def find_trainer_state(output_dir: str) -> str:
     path = os.path.join(output_dir, STATE_FILE)
     if os.path.isfile(path):
         return path
+    if not os.path.isdir(output_dir):
+        raise ValueError(f"output_dir {output_dir} does not exist: pass the output_dir of a training run.")
     checkpoints = glob.glob(os.path.join(output_dir, "checkpoint-*", STATE_FILE))
     if not checkpoints:
-        raise ValueError(f"No {STATE_FILE} in {output_dir!r} or its checkpoint-* folders: pass a training output_dir.")
+        raise ValueError(
+            f"output_dir {output_dir} holds no {STATE_FILE}, nor do any checkpoint-* folders in it: pass the "
+            "output_dir of a training run."
+        )
     return max(checkpoints, key=lambda p: int(re.search(r"checkpoint-(\d+)", p).group(1)))
 
 
@@ -207,11 +212,14 @@ def plot_spending(log_history: list[dict], path: str) -> bool:
     if not steps:
         return False
     figure, axis = plt.subplots(figsize=(7, 4))
-    for key, label, color, marker, line in (
+    lines = [
         ("coba/rollouts_generated", "completions generated (every phase and refill)", "tab:red", "o", "-"),
         ("coba/rows_trained", "rows trained", "tab:blue", "s", "--"),
         ("coba/rows_with_spread", "rows trained from groups with spread", "tab:green", "^", ":"),
-    ):
+    ]
+    if series(log_history, "coba/rows_trained") == (steps, generated):  # one line would hide the other: one label
+        lines[:2] = [("coba/rollouts_generated", "completions generated = rows trained", "tab:red", "o", "-")]
+    for key, label, color, marker, line in lines:
         steps, values = series(log_history, key)
         axis.plot(steps, values, marker=marker, linestyle=line, color=color, label=label)
         _label_few_points(axis, steps, values, color)
@@ -237,9 +245,10 @@ PLOTS = {
 }
 
 
-def plot_run(output_dir: str) -> list[str]:
-    """Write every plot whose metrics the run logged into ``output_dir``; returns the written paths."""
-    log_history = load_log_history(output_dir)
+def plot_run(output_dir: str, log_history: list[dict] | None = None) -> list[str]:
+    """Write every plot whose metrics the run logged into ``output_dir`` (from its log history, read there unless
+    given); returns the written paths."""
+    log_history = load_log_history(output_dir) if log_history is None else log_history
     written = []
     for name, plot in PLOTS.items():
         path = os.path.join(output_dir, name)
@@ -253,7 +262,14 @@ def main(argv: list[str] | None = None) -> None:
         description="Plot a CoBA-RL run's budget allocation, capability, reward and spending."
     )
     parser.add_argument("output_dir", help="Training output_dir (holds trainer_state.json or checkpoint-*/).")
-    for path in plot_run(parser.parse_args(argv).output_dir):
+    output_dir = parser.parse_args(argv).output_dir
+    try:
+        log_history = load_log_history(output_dir)
+    except ValueError as error:  # no run there: one line, exit status 2, as argparse's own errors
+        from coba_trl.cli import fail
+
+        fail(str(error), parser.prog)
+    for path in plot_run(output_dir, log_history):
         print(path)
 
 

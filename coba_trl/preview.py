@@ -48,12 +48,16 @@ spread than the point estimate says, one among prompts that mostly fail less so.
     python -m coba_trl.preview outputs/pass_rates/train_pass_rates.parquet \\
         --recipe recipes/qwen2.5-7b-instruct_coba.yaml   # the run a training config describes
 
+It prints the tables and writes them to `allocation_preview.md` and `.json` in `--output_dir` (or `--preview_dir`;
+without either, next to the pass-rate file).
+
 The core (`allocation_preview`) is numpy and the allocators; the command adds the sampler's order and the files.
 What the command reads, and its one-line error for each bad input, is `coba_trl.preview_inputs`.
 """
 
 from __future__ import annotations
 
+import argparse
 import functools
 import json
 import math
@@ -225,7 +229,7 @@ class Preview:
         s = self.settings
         names = list(self.mean_group_size)
         lines = [
-            f"Allocation preview: {s['prompts_used']} of {s['prompts']} prompts in {s['rounds']} rounds of "
+            f"Allocation preview: {s['prompts_used']} of {s['prompts']} prompts in {s['rounds']} round{'' if s['rounds'] == 1 else 's'} of "
             f"{s['prompts_per_round']} prompts, {s['budget']} completions a round (mean {s['num_generations']}, "
             f"bounds {s['min_generations']} to {s['max_generations']}); {s['known']} prompts with a pass rate.",
             "",
@@ -379,7 +383,8 @@ class PreviewArguments:
             A training config (`examples/train_qwen.py --config FILE`): its `CoBAConfig` fields set the run previewed
             (flags override them); its other keys (model, dataset) are checked but not used.
         preview_dir (`str` or `None`, *optional*, defaults to `None`):
-            Where `allocation_preview.md` and `.json` go; None = the folder of the pass-rate file (or `outputs`).
+            Where `allocation_preview.md` and `.json` go; None = `--output_dir` when given on the command line, else
+            the folder of the pass-rate file (or `outputs`).
         pass_rate_samples (`int` or `None`, *optional*, defaults to `None`):
             The completions each pass rate was measured from (`examples/evaluate.py --k`): the chance of a group
             with spread is then averaged over each prompt's uncertain pass rate; None takes it at the pass rate.
@@ -396,12 +401,38 @@ class PreviewArguments:
         default=None, metadata={"help": "A training config whose CoBAConfig fields set the run previewed."}
     )
     preview_dir: str | None = field(
-        default=None, metadata={"help": "Where allocation_preview.md/.json go; None = the pass-rate file's folder."}
+        default=None,
+        metadata={
+            "help": "Where allocation_preview.md/.json go (as --output_dir); None = the pass-rate file's folder."
+        },
     )
     pass_rate_samples: int | None = field(
         default=None,
         metadata={"help": "Completions each pass rate was measured from (evaluate.py's --k); None: point estimates."},
     )
+
+
+def preview_folder(preview_args: PreviewArguments, config, argv: list[str], prog: str) -> str:
+    """Where the preview's files go: `--preview_dir`, else `--output_dir` when given as a flag (a recipe's
+    `output_dir` is its training run's, not the preview's), else the pass-rate file's folder (or `outputs`)."""
+    output_dir = config.output_dir if any(token.split("=", 1)[0] == "--output_dir" for token in argv) else None
+    if (
+        preview_args.preview_dir
+        and output_dir
+        and os.path.normpath(preview_args.preview_dir) != os.path.normpath(output_dir)
+    ):
+        from coba_trl.cli import fail
+
+        fail(
+            f"--preview_dir {preview_args.preview_dir} and --output_dir {output_dir} name two folders for the "
+            "preview's files; pass one of them.",
+            prog,
+        )
+    if preview_args.preview_dir or output_dir:
+        return preview_args.preview_dir or output_dir
+    if os.path.isfile(preview_args.pass_rates):
+        return os.path.dirname(preview_args.pass_rates) or "."
+    return "outputs"
 
 
 def main(argv: list[str] | None = None) -> Preview:
@@ -420,6 +451,7 @@ def main(argv: list[str] | None = None) -> Preview:
         (PreviewArguments, CoBAConfig),
         usage="python -m coba_trl.preview PASS_RATES [--recipe TRAINING.yaml] [--FIELD VALUE ...]",
         description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,  # the example commands as written
         allow_abbrev=False,  # a prefix of a flag is refused (`check_command_line` names the fields meant)
     )
     parser.error = functools.partial(fail, prog=parser.prog)  # argparse's usage errors in one line too
@@ -446,11 +478,9 @@ def main(argv: list[str] | None = None) -> Preview:
         preview = preview_run([math.nan if r is None else r for r in rates], config, samples)
     except ValueError as error:
         fail(" ".join(str(error).split()), parser.prog)
-    folder = preview_args.preview_dir or (
-        os.path.dirname(preview_args.pass_rates) if os.path.isfile(preview_args.pass_rates) else "outputs"
-    )
+    folder = preview_folder(preview_args, config, argv, parser.prog)
     print(preview.to_markdown())
-    paths = write_preview(preview, folder or ".", {"pass_rates": preview_args.pass_rates, "seed": config.seed})
+    paths = write_preview(preview, folder, {"pass_rates": preview_args.pass_rates, "seed": config.seed})
     print(f"Wrote {paths[0]} and {paths[1]}.")
     return preview
 

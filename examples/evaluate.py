@@ -75,7 +75,13 @@ if __name__ == "__main__" and (evaluates_demo_model(sys.argv[1:]) or evaluates_d
 from trl import TrlParser  # noqa: E402
 
 from coba_trl.data import EVAL_BENCHMARKS, load_dapo_math, load_eval_benchmark  # noqa: E402
-from coba_trl.data.sources import LOCAL_MODEL, hub_error, hub_unreachable, require_hub  # noqa: E402
+from coba_trl.data.sources import (  # noqa: E402
+    LOCAL_MODEL,
+    check_model_source,
+    hub_error,
+    hub_unreachable,
+    require_hub,
+)
 from coba_trl.demo.config import DEMO_TRAINING_ARGS, REGIMES, regime_arguments  # noqa: E402
 from coba_trl.demo.task import demo_problem_sets, to_prompt_dataset  # noqa: E402
 from coba_trl.evaluation import (  # noqa: E402
@@ -351,11 +357,29 @@ def preview_settings(args: EvalArguments) -> dict:
     return PAPER_PREVIEW
 
 
+def training_command(args: EvalArguments, path: str) -> str:
+    """The command that trains the evaluated model on the scored set with its pass rates as priors; on a machine
+    without CUDA, with the CPU's settings (for `arithmetic`, the demo's prompts as written and its completion length,
+    so that it runs as printed)."""
+    import torch
+
+    command = (
+        f"python examples/train_qwen.py --model_name_or_path {args.model_name_or_path} --dataset_name {path} "
+        "--prior_pass_rate_column pass_rate"
+    )
+    if args.train_dataset == ARITHMETIC:
+        completion = DEMO_TRAINING_ARGS["max_completion_length"]
+        command += f" --instruction none --max_completion_length {completion} --max_steps 100"
+    if not torch.cuda.is_available():
+        command += " --use_cpu true --bf16 false"
+    return command
+
+
 def score_train_set(args: EvalArguments, dataset, generate):
     scored = score_training_set(dataset, generate, args.k, REWARD_FUNCS[args.reward_funcs[0]])
     path = write_pass_rates(scored, args.output_dir)
     print(f"pass rates at k = {args.k}, graded by {args.reward_funcs[0]}: {describe(scored['pass_rate'])}")
-    print(f"Wrote {path}. Train on it with: --dataset_name {path} --prior_pass_rate_column pass_rate")
+    print(f"Wrote {path}. Train on it, allocating from step 1, with:\n  {training_command(args, path)}")
     settings = preview_settings(args)
     flags = " ".join(f"--{key} {value}" for key, value in settings.items())
     other = f"python -m coba_trl.preview {path} --FIELD VALUE ..."
@@ -390,9 +414,17 @@ def main(argv: list[str] | None = None):
             dataset = load_train_set(args)
         except (ValueError, FileNotFoundError) as error:
             fail(f"--train_dataset {args.train_dataset}: {error}", parser.prog)
+        try:
+            check_model_source(args.model_name_or_path)
+        except ValueError as error:
+            fail(" ".join(str(error).split()), parser.prog)
         generate, _ = build_generate(args)
         return score_train_set(args, dataset, generate)
-    benchmarks = load_benchmarks(args)
+    try:  # an unknown benchmark, a file that cannot be read, a model that cannot be found: one line, before loading
+        benchmarks = load_benchmarks(args)
+        check_model_source(args.model_name_or_path)
+    except (ValueError, FileNotFoundError) as error:
+        fail(" ".join(str(error).split()), parser.prog)
     generate, backend = build_generate(args)
     return score_benchmarks(args, benchmarks, generate, backend)
 

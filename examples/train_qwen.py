@@ -3,7 +3,7 @@
 
 Without --model_name_or_path this runs the offline CPU demo, and every flag adjusts it: a tiny Qwen2 model built
 locally is warm-started on sums of 3 to 7 single digits, then trained with CoBAGRPOTrainer and the DAPO accuracy
-reward (2 to 3 minutes on 2 idle CPU cores, no network). The defaults below are the demo's (recipes/cpu_demo.yaml).
+reward (about 2 minutes of CPU time, no network). The defaults below are the demo's (recipes/cpu_demo.yaml).
 The demo writes to outputs/cpu_demo; with flags and no --output_dir, to a folder named after the flags
 (outputs/cpu_demo-budget_allocator_knapsack-max_steps_40 below; flags on a recipe: after the recipe's output_dir).
 It never replaces a finished run's results unless --overwrite_output_dir is given. --save_steps N saves a checkpoint every N steps, and --resume_from_checkpoint
@@ -33,7 +33,7 @@ import textwrap
 import warnings
 from dataclasses import dataclass, field
 
-from coba_trl.cli import check_command_line, config_path, fail, settings_from_config
+from coba_trl.cli import check_checkpoint_path, check_command_line, config_path, fail, settings_from_config
 from coba_trl.numerics import pin_cpu_numerics
 
 
@@ -55,15 +55,21 @@ from trl import ModelConfig, TrlParser, get_peft_config, get_quantization_config
 from coba_trl import CoBAConfig, CoBAGRPOTrainer  # noqa: E402
 from coba_trl.config import coba_field_names  # noqa: E402
 from coba_trl.data import DAPO_HUB_ID, load_dapo_math  # noqa: E402
-from coba_trl.data.sources import LOCAL_MODEL, require_hub  # noqa: E402
+from coba_trl.data.sources import check_model_source  # noqa: E402
 from coba_trl.demo.config import DEMO_MODEL_ARGS, DEMO_TRAINING_ARGS, DemoArguments  # noqa: E402
-from coba_trl.demo.flags import check_max_steps, check_output_dir, flagged_output_dir, resumes_latest  # noqa: E402
+from coba_trl.demo.flags import (  # noqa: E402
+    check_max_steps,
+    check_output_dir,
+    check_resume,
+    flagged_output_dir,
+    resumes_latest,
+)
 from coba_trl.demo.run import run_demo  # noqa: E402
 from coba_trl.demo.task import make_problems, to_prompt_dataset  # noqa: E402
 from coba_trl.distributed import leave_multiprocess_cpu_run  # noqa: E402
 from coba_trl.generation.vllm_backend import check_vllm_installed  # noqa: E402
 from coba_trl.rewards import boxed_accuracy_reward, dapo_accuracy_reward  # noqa: E402
-from coba_trl.validation import check_hub_access  # noqa: E402
+from coba_trl.validation import check_construction, check_hub_access  # noqa: E402
 
 ARITHMETIC = "arithmetic"
 REWARD_FUNCS = {"dapo_accuracy_reward": dapo_accuracy_reward, "boxed_accuracy_reward": boxed_accuracy_reward}
@@ -122,21 +128,34 @@ class ScriptArguments:
     )
 
 
+def load_reward_func(name: str):
+    """The reward callable a `--reward_funcs` entry names: a packaged reward or a dotted import path; a `ValueError`
+    naming the entry and the fix when there is none."""
+    if name in REWARD_FUNCS:
+        return REWARD_FUNCS[name]
+    choices = f"one of {', '.join(REWARD_FUNCS)} or a dotted import path to a function (my_pkg.rewards.my_reward)"
+    if "." not in name:
+        raise ValueError(f"reward_funcs: {name!r} is not a known reward function; pass {choices}.")
+    module_name, attribute = name.rsplit(".", 1)
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as error:
+        raise ValueError(
+            f"reward_funcs: {name!r} cannot be imported ({error}); pass {choices} of a module importable from the "
+            "current folder."
+        ) from error
+    func = getattr(module, attribute, None)
+    if not callable(func):
+        what = "has no" if func is None else "holds no callable"
+        raise ValueError(f"reward_funcs: {name!r}: module {module_name!r} {what} {attribute!r}; pass {choices}.")
+    return func
+
+
 def load_reward_funcs(names: list[str]) -> list:
-    """Reward callables from registry names or dotted import paths."""
-    funcs = []
-    for name in names:
-        if name in REWARD_FUNCS:
-            funcs.append(REWARD_FUNCS[name])
-        elif "." in name:
-            module, attribute = name.rsplit(".", 1)
-            sys.path.insert(0, os.getcwd())
-            funcs.append(getattr(importlib.import_module(module), attribute))
-        else:
-            raise ValueError(
-                f"reward_funcs: unknown {name!r}; use one of {list(REWARD_FUNCS)} or a dotted import path."
-            )
-    return funcs
+    """The reward callables of `--reward_funcs` (`--success_reward_func` is checked against them with the dataset)."""
+    return [load_reward_func(name) for name in names]
 
 
 def load_train_dataset(script_args: ScriptArguments, demo_args: DemoArguments, seed: int):
@@ -158,7 +177,13 @@ def load_train_dataset(script_args: ScriptArguments, demo_args: DemoArguments, s
     return dataset
 
 
-def train(script_args: ScriptArguments, training_args: CoBAConfig, model_args: ModelConfig, demo_args: DemoArguments):
+def train(
+    script_args: ScriptArguments,
+    training_args: CoBAConfig,
+    model_args: ModelConfig,
+    demo_args: DemoArguments,
+    reward_funcs: list,
+):
     """Train `model_args.model_name_or_path` with `CoBAGRPOTrainer`, save it with a model card, push if asked."""
     training_args.model_init_kwargs = {
         "revision": model_args.model_revision,
@@ -171,16 +196,21 @@ def train(script_args: ScriptArguments, training_args: CoBAConfig, model_args: M
         train_dataset = load_train_dataset(script_args, demo_args, training_args.seed)
     except (ValueError, FileNotFoundError) as error:
         fail(f"--dataset_name {script_args.dataset_name}: {error}")
-    if not os.path.isdir(model_args.model_name_or_path):
-        require_hub("model", model_args.model_name_or_path, LOCAL_MODEL)
-    trainer = CoBAGRPOTrainer(
-        model=model_args.model_name_or_path,
-        reward_funcs=load_reward_funcs(script_args.reward_funcs),
-        args=training_args,
-        train_dataset=train_dataset,
-        peft_config=get_peft_config(model_args),
-        quantization_config=get_quantization_config(model_args),
-    )
+    try:  # the trainer's checks of the dataset and rewards (columns, prompts, priors), before the model loads
+        check_construction(training_args, train_dataset, reward_funcs, {})
+    except ValueError as error:
+        fail(one_line(error))
+    try:  # what the trainer refuses once the model is known (the context length): one line, before training
+        trainer = CoBAGRPOTrainer(
+            model=model_args.model_name_or_path,
+            reward_funcs=reward_funcs,
+            args=training_args,
+            train_dataset=train_dataset,
+            peft_config=get_peft_config(model_args),
+            quantization_config=get_quantization_config(model_args),
+        )
+    except ValueError as error:
+        fail(one_line(error))
     checkpoint = training_args.resume_from_checkpoint
     trainer.train(resume_from_checkpoint=True if resumes_latest(checkpoint) else checkpoint)
     trainer.save_model(training_args.output_dir)
@@ -280,26 +310,48 @@ def parse(argv: list[str]) -> tuple[ScriptArguments, CoBAConfig, ModelConfig, De
     return parser.parse_args_and_config(args=[*argv, "--output_dir", output_dir])  # over a recipe's output_dir too
 
 
+def one_line(error: Exception) -> str:
+    return " ".join(str(error).split())
+
+
+def check_demo_request(script_args: ScriptArguments, training_args: CoBAConfig, demo_args: DemoArguments, rewards):
+    """What the CPU demo refuses, before its model is built or warm-started: another dataset, no RL steps, a
+    checkpoint that is missing or no demo checkpoint, a finished run's folder, and what the trainer would refuse of
+    its dataset and rewards (a prior or id column the arithmetic task lacks)."""
+    if script_args.dataset_name != ARITHMETIC:
+        raise ValueError(
+            f"dataset_name is {script_args.dataset_name!r} but model_name_or_path is not set: the built-in tiny model "
+            f"only runs the '{ARITHMETIC}' demo task. Pass --model_name_or_path (a Hub id or a local model folder) to "
+            f"train on {script_args.dataset_name}."
+        )
+    check_max_steps(training_args.max_steps)
+    check_resume(training_args.resume_from_checkpoint, training_args.output_dir)
+    check_output_dir(training_args.output_dir, demo_args.overwrite_output_dir)
+    dataset = load_train_dataset(script_args, demo_args, training_args.seed)
+    check_construction(training_args, dataset, rewards, {})
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     # TRL 1.16 reads transformers' deprecated `is_gradient_checkpointing` at every generation; nothing to act on.
     warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning)
-    try:
+    try:  # every value refused (config bounds, rewards, checkpoint, dataset columns): one line, before any work
         script_args, training_args, model_args, demo_args = parse(argv)
-    except ValueError as error:  # a value the config refuses (learning_rate, bounds, ...): one line, before any work
-        fail(str(error))
-    check_hub_access(training_args.push_to_hub, training_args.hub_token)
+        reward_funcs = load_reward_funcs(script_args.reward_funcs)
+        checkpoint = training_args.resume_from_checkpoint
+        if checkpoint and not resumes_latest(checkpoint):
+            check_checkpoint_path(checkpoint)
+        check_hub_access(training_args.push_to_hub, training_args.hub_token)
+        if model_args.model_name_or_path is not None:
+            check_model_source(model_args.model_name_or_path)
+        else:
+            check_demo_request(script_args, training_args, demo_args, reward_funcs)
+    except ValueError as error:
+        fail(one_line(error))
     check_vllm_installed(training_args.use_vllm)  # before the demo's warm start, not after it
     if model_args.model_name_or_path is not None:
-        train(script_args, training_args, model_args, demo_args)
+        train(script_args, training_args, model_args, demo_args, reward_funcs)
         return
-    if script_args.dataset_name != ARITHMETIC:
-        raise ValueError(
-            f"model_name_or_path is not set: the built-in tiny model only runs the '{ARITHMETIC}' demo task. "
-            f"Pass --model_name_or_path (e.g. Qwen/Qwen2.5-7B-Instruct) to train on {script_args.dataset_name}."
-        )
-    check_max_steps(training_args.max_steps)
-    check_output_dir(training_args.output_dir, demo_args.overwrite_output_dir)
     if training_args.process_index == 0:
         checkpoint = training_args.resume_from_checkpoint
         latest = "its latest complete checkpoint" if resumes_latest(checkpoint) else checkpoint
@@ -311,7 +363,7 @@ def main(argv: list[str] | None = None) -> None:
             "every option.",
             flush=True,
         )
-    run_demo(training_args, demo_args, load_reward_funcs(script_args.reward_funcs), get_peft_config(model_args))
+    run_demo(training_args, demo_args, reward_funcs, get_peft_config(model_args))
     leave_multiprocess_cpu_run()
 
 

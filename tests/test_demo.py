@@ -100,3 +100,32 @@ def test_a_finished_run_is_kept_unless_overwriting_is_asked_for(tmp_path):
     with pytest.raises(ValueError, match="--output_dir NEW_DIR.*--overwrite_output_dir"):
         check_output_dir(str(tmp_path), overwrite=False)
     check_output_dir(str(tmp_path), overwrite=True)
+
+
+def test_a_redirected_console_prints_the_lines_without_a_progress_bar(monkeypatch):
+    """A bar redrawn into a log file leaves its fragments before each line: off a terminal, only the lines."""
+    import io
+
+    from transformers import ProgressCallback
+
+    from coba_trl.demo.console import CompactPrinterCallback, CompactProgressCallback, use_compact_console
+
+    class Trainer:
+        def __init__(self):
+            self.callbacks = [ProgressCallback]
+
+        def pop_callback(self, callback):
+            return self.callbacks.remove(callback) or callback if callback in self.callbacks else None
+
+        def add_callback(self, callback):
+            self.callbacks.append(callback)
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    for stderr, shown in ((io.StringIO(), CompactPrinterCallback), (Terminal(), CompactProgressCallback)):
+        monkeypatch.setattr("sys.stderr", stderr)
+        trainer = Trainer()
+        use_compact_console(trainer)
+        assert trainer.callbacks == [shown]

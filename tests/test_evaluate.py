@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
+import shlex
 import sys
 from pathlib import Path
 
@@ -143,6 +144,26 @@ def test_the_demo_task_evaluates_offline(tmp_path):
     assert (result.benchmark, result.problems, result.completions) == ("arithmetic", 6, 12)
     scored = load_script().main([*argv, "--train_dataset", "arithmetic"])
     assert len(scored) == 6 and scored["solution"][0].isdigit()
+
+
+@pytest.mark.slow
+def test_the_closing_hint_trains_on_the_pass_rates_on_this_machine(tmp_path, capsys):
+    """The command evaluate.py prints after scoring a training set runs as printed (here shortened to one step)."""
+    from tests.test_examples import load_script as load_train_script
+
+    tokenizer = build_byte_tokenizer()
+    build_tiny_qwen2(tokenizer, hidden_size=16).save_pretrained(tmp_path / "model")
+    tokenizer.save_pretrained(tmp_path / "model")
+    argv = ["--model_name_or_path", str(tmp_path / "model"), "--k", "2", "--max_problems", "8", "--dtype", "float32"]
+    argv += ["--train_dataset", "arithmetic", "--backend", "transformers", "--output_dir", str(tmp_path / "rates")]
+    load_script().main(argv)
+    out = capsys.readouterr().out
+    command = out.split("allocating from step 1, with:\n  ", 1)[1].splitlines()[0]
+    assert command.startswith(f"python examples/train_qwen.py --model_name_or_path {tmp_path / 'model'} ")
+    short = ["--max_steps", "1", "--per_device_train_batch_size", "8", "--num_generations", "4", "--report_to", "none"]
+    short += ["--disable_tqdm", "true", "--output_dir", str(tmp_path / "train")]
+    load_train_script().main([*shlex.split(command)[2:], *short])
+    assert (tmp_path / "train" / "trainer_state.json").is_file()
 
 
 def test_a_misspelled_flag_names_the_closest_options(capsys):

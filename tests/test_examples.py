@@ -7,6 +7,7 @@ import glob
 import importlib.util
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -130,15 +131,19 @@ def test_flags_on_a_recipe_write_beside_the_recipes_folder_not_into_it():
     assert script.parse([*hard, "--budget_allocator", "uniform", "--output_dir", "x"])[1].output_dir == "x"
 
 
-def test_the_demo_refuses_to_replace_a_finished_run_or_run_no_steps(tmp_path):
+def test_the_demo_refuses_to_replace_a_finished_run_or_run_no_steps(tmp_path, capsys):
     script = load_script()
     (tmp_path / "demo_summary.json").write_text("{}")
-    with pytest.raises(ValueError, match="overwrite_output_dir"):
-        script.main(["--max_steps", "2", "--output_dir", str(tmp_path)])
-    with pytest.raises(ValueError, match="max_steps is -3"):
-        script.main(["--max_steps", "-3", "--output_dir", str(tmp_path / "new")])
-    with pytest.raises(ValueError, match="not a checkpoint of the CPU demo"):
-        script.main(["--resume_from_checkpoint", str(tmp_path), "--output_dir", str(tmp_path / "new")])
+    (tmp_path / "model").mkdir()
+    for argv, says in (
+        (["--max_steps", "2", "--output_dir", str(tmp_path)], "overwrite_output_dir"),
+        (["--max_steps", "-3", "--output_dir", str(tmp_path / "new")], "max_steps is -3"),
+        (["--resume_from_checkpoint", str(tmp_path / "model"), "--output_dir", str(tmp_path / "new")], "not a "
+         "checkpoint of the CPU demo"),
+    ):  # fmt: skip
+        with pytest.raises(SystemExit) as stop:
+            script.main(argv)
+        assert stop.value.code == 2 and says in capsys.readouterr().err
 
 
 def test_a_misspelled_flag_names_the_closest_options(capsys):
@@ -147,12 +152,13 @@ def test_a_misspelled_flag_names_the_closest_options(capsys):
     assert "unknown option --max_stpes; did you mean --max_steps" in capsys.readouterr().err
 
 
-def test_push_to_hub_offline_fails_before_the_warm_start(monkeypatch, tmp_path):
+def test_push_to_hub_offline_fails_before_the_warm_start(monkeypatch, tmp_path, capsys):
     from huggingface_hub import constants
 
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
-    with pytest.raises(ValueError, match="push_to_hub.*HF_HUB_OFFLINE"):
+    with pytest.raises(SystemExit) as stop:
         load_script().main(["--push_to_hub", "--output_dir", str(tmp_path)])
+    assert stop.value.code == 2 and re.search("push_to_hub.*HF_HUB_OFFLINE", capsys.readouterr().err)
 
 
 def test_a_model_name_gives_trl_defaults():
@@ -193,9 +199,10 @@ def test_unknown_reward_name_is_an_error():
         load_script().load_reward_funcs(["no_such_reward"])
 
 
-def test_real_dataset_without_model_is_an_error():
-    with pytest.raises(ValueError, match="model_name_or_path"):
+def test_real_dataset_without_model_is_an_error(capsys):
+    with pytest.raises(SystemExit) as stop:
         load_script().main(["--config", str(ROOT / "recipes" / "cpu_demo.yaml"), "--dataset_name", "x.parquet"])
+    assert stop.value.code == 2 and "model_name_or_path is not set" in capsys.readouterr().err
 
 
 SHORT_DEMO = [  # flags only: they adjust the demo's defaults
@@ -291,7 +298,7 @@ def test_the_demo_relaunched_with_resume_true_skips_a_checkpoint_whose_save_was_
         assert "demo_before_rl.json" in json.loads(marker.read_text())["files"]
 
 
-def test_a_recipe_that_overflows_the_context_fails_before_training(tmp_path):
+def test_a_recipe_that_overflows_the_context_fails_before_training(tmp_path, capsys):
     from coba_trl.tiny import build_byte_tokenizer, build_tiny_qwen2
 
     tokenizer = build_byte_tokenizer()
@@ -306,8 +313,12 @@ def test_a_recipe_that_overflows_the_context_fails_before_training(tmp_path):
     argv += ["--max_completion_length", "64", "--num_generations", "4", "--per_device_train_batch_size", "8"]
     argv += ["--dtype", "float32", "--use_cpu", "true", "--bf16", "false", "--activation_checkpointing", "false"]
     argv += ["--report_to", "none", "--output_dir", str(tmp_path / "out")]
-    with pytest.raises(ValueError, match=r"plus max_completion_length \(64\).*max_position_embeddings \(64\)"):
+    with pytest.raises(SystemExit) as stop:
         load_script().main(argv)
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert stop.value.code == 2 and re.search(
+        r"plus max_completion_length \(64\).*max_position_embeddings \(64\)", line
+    )
     assert not (tmp_path / "out" / "trainer_state.json").exists()
 
 
@@ -369,7 +380,10 @@ def test_a_refill_demo_reports_the_completions_it_generated_everywhere(tmp_path,
     rows = int(sum(record.get("coba/rows_trained", 0) for record in history))
     assert generated > 2 * 32  # more than the rounds' planned completions: refill generated more
     summary = json.loads((tmp_path / "demo_summary.json").read_text())
-    assert summary["rollouts"] == generated
+    assert summary["rollouts"] == generated and summary["rows_trained"] == rows
+    skipped = int(sum(record.get("coba/prompts_skipped", 0) for record in history))
+    spread = int(sum(record.get("coba/rows_with_spread", 0) for record in history))
+    assert summary["prompt_visits_skipped"] == skipped and summary["rows_with_spread"] == spread
     assert f"after 4 RL steps ({generated} completions generated) in" in out
     assert f"[coba] {generated:,} completions generated in 2 rounds, {rows:,} rows trained" in out
     assert f"In all it generated {generated:,} completions in 2 rounds" in (tmp_path / "README.md").read_text()

@@ -79,3 +79,14 @@ def test_is_hub_id(tmp_path):
     assert is_hub_id("Qwen/Qwen2.5-7B") and not is_hub_id("a b/c") and not is_hub_id("plain")
     (tmp_path / "x").mkdir()
     assert not is_hub_id(str(tmp_path / "x"))
+
+
+def test_one_round_is_not_written_as_rounds(tmp_path):
+    from coba_trl.model_card import settings_section
+    from coba_trl.rounds.spending import Spending
+
+    args = CoBAConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, per_device_train_batch_size=8)
+    one = settings_section(args, 1, spending=Spending(rounds=1, generated=8, rows_trained=8, rows_with_spread=4))
+    assert "8 completions in 1 round and trained 8 rows" in one
+    two = settings_section(args, 2, spending=Spending(rounds=2, generated=16, rows_trained=16, rows_with_spread=4))
+    assert "16 completions in 2 rounds and trained 16 rows" in two

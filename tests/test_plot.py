@@ -167,3 +167,28 @@ def test_the_spending_plot_draws_generated_beside_trained_rows_per_round(tmp_pat
     assert lines["completions generated (every phase and refill)"] == [300.0] * 10
     assert lines["rows trained"] == [256.0] * 10
     assert lines["rows trained from groups with spread"] == [200.0 + step for step in range(1, 11)]
+
+
+def test_the_spending_plot_names_one_line_where_every_generated_row_is_trained(tmp_path):
+    """Without refill or drop, generated and trained rows are equal: one line labelled as both, none hidden."""
+    import matplotlib.pyplot as plt
+
+    from coba_trl.plot import plot_spending
+
+    history = [
+        {"step": step, "coba/rollouts_generated": 256.0, "coba/rows_trained": 256.0, "coba/rows_with_spread": 200.0}
+        for step in range(1, 4)
+    ]
+    captured = {}
+    save = plt.Figure.savefig
+
+    def keep_labels(figure, *args, **kwargs):
+        captured["labels"] = [line.get_label() for line in figure.axes[0].get_lines()]
+        return save(figure, *args, **kwargs)
+
+    plt.Figure.savefig = keep_labels
+    try:
+        plot_spending(history, str(tmp_path / "spending.png"))
+    finally:
+        plt.Figure.savefig = save
+    assert captured["labels"] == ["completions generated = rows trained", "rows trained from groups with spread"]

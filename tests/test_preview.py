@@ -240,3 +240,27 @@ def test_a_recipe_may_hold_the_keys_of_a_training_config_and_no_other():
     assert recipe_keys() == set(field_names(load("train_qwen").make_parser()))
     for recipe in sorted((ROOT / "recipes").glob("*.yaml")):  # every recipe shipped previews as it is
         assert "num_generations" in recipe_settings(str(recipe), "preview")
+
+
+def test_output_dir_is_where_the_preview_writes_and_two_folders_are_refused(tmp_path, capfd):
+    _write_inputs(tmp_path)
+    inputs = set(tmp_path.iterdir())
+    main([str(tmp_path / "rates.parquet"), *SMALL_RUN, "--output_dir", str(tmp_path / "mine")])
+    assert {path.name for path in (tmp_path / "mine").iterdir()} == {
+        "allocation_preview.md",
+        "allocation_preview.json",
+    }
+    assert set(tmp_path.iterdir()) == inputs | {tmp_path / "mine"}  # nothing written next to the input
+    capfd.readouterr()
+    with pytest.raises(SystemExit) as stop:
+        main([str(tmp_path / "rates.parquet"), *SMALL_RUN, "--output_dir", "a", "--preview_dir", "b"])
+    err = capfd.readouterr().err
+    assert stop.value.code == 2 and len(err.splitlines()) == 1 and "--preview_dir b and --output_dir a" in err
+
+
+def test_help_shows_the_example_commands_as_written(capsys):
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    out = capsys.readouterr().out
+    assert "\n    python -m coba_trl.preview outputs/pass_rates/train_pass_rates.parquet \\\n" in out
+    assert "\n        --recipe recipes/qwen2.5-7b-instruct_coba.yaml   # the run a training config describes\n" in out

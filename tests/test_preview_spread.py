@@ -3,10 +3,9 @@ count by hand, and in the command's files.
 
 tests/fixtures/demo_warm_pass_rates.json holds the `pass_rate` column that docs/training.md's two commands (the demo's
 warm start, then `examples/evaluate.py --train_dataset arithmetic --k 8`) wrote on an Intel Xeon with the pinned
-numerics: 512 prompts, mean 0.262, 93 at 0, none at 1. The docs' own run of those commands (an AMD EPYC, other digits:
-mean 0.239, 91 at 0, none at 1, uniform 22.29 expected groups with spread a round) gives 32 / 22.29 = 1.44 rollouts
-per row with spread for DAPO's refill at 8 completions, and 421 / (16 x 22.29) = 1.18 when only the prompts at 0
-or 1 are skipped; the same model gives 1.41 and 1.15 on the file's pass rates.
+numerics: 512 prompts, mean 0.262, 93 at 0, none at 1. docs/training.md previews that file: uniform 22.73 expected
+groups with spread a round, so 32 / 22.73 = 1.41 rollouts per row with spread for DAPO's refill at 8 completions, and
+419 / (16 x 22.73) = 1.15 when only the prompts at 0 or 1 are skipped.
 """
 
 from __future__ import annotations
@@ -80,12 +79,13 @@ def test_on_the_demo_pass_rates_refill_needs_more_rollouts_than_the_limit(
 
 
 def test_refill_at_uniform_is_the_prompts_per_round_over_the_expected_groups_with_spread():
-    """What ties the table to the preview's other figure (and the docs' 22.29 to 32 / 22.29 = 1.44)."""
+    """What ties the table to the preview's other figure (and the docs' 22.73 to 32 / 22.73 = 1.41)."""
     _, preview = _demo_preview(8)
     assert preview.rollouts_per_spread_row["uniform"]["refill"][1] == pytest.approx(
         32 / preview.expected_mixed_per_round["uniform"]
     )
-    assert round(32 / 22.29, 2) == 1.44 and round(421 / (16 * 22.29), 2) == 1.18
+    assert round(preview.expected_mixed_per_round["uniform"], 2) == 22.73
+    assert round(32 / 22.73, 2) == 1.41 and round(419 / (16 * 22.73), 2) == 1.15
 
 
 @settings(max_examples=40, deadline=None)

@@ -54,12 +54,39 @@ def test_readme_python_block_runs(name, code, tmp_path, monkeypatch):
     exec(compile(code, name, "exec"), {"__name__": "__readme__"})
 
 
+CPU_TORCH = "pip install torch==2.13.0 --extra-index-url https://download.pytorch.org/whl/cpu"
+
+
+TINY_EXAMPLE = next(code for info, code in BLOCKS if info == "python" and "build_tiny_qwen2" in code)
+
+
+@pytest.mark.slow
+def test_the_tiny_example_prints_what_the_readme_says(tmp_path, monkeypatch, capfd, caplog):
+    """The lines the README shows after its tiny example, and its end-of-run line, are what the example prints."""
+    monkeypatch.chdir(tmp_path)
+    exec(compile(TINY_EXAMPLE, "README.md tiny example", "exec"), {"__name__": "__readme__"})
+    printed = "".join(capfd.readouterr()).splitlines() + caplog.messages  # warnings come through `logging`
+    after = README.split(f"{TINY_EXAMPLE}```", 1)[1]
+    shown = fenced_blocks(after)[0]
+    assert shown[0] == "text" and [line for line in printed if line.startswith("step ")] == shown[1].splitlines()
+    end_of_run = re.search(r"`(\[coba\] [^`]*)`, \.\.\.", after).group(1)
+    assert any(line.startswith(end_of_run) for line in printed), end_of_run
+    warned = any(line.startswith("Round 1 trained no row from a group with spread") for line in printed)
+    assert warned == ("a warning that round 1 trained no row from a group with spread" in after.split("```text")[0])
+
+
 def test_the_two_set_up_commands_are_the_ones_ci_runs():
+    """Two set-up commands, which CI runs as written: the install (torch's CPU build first, from PyTorch's CPU index,
+    as pip's default index serves the CUDA build) with the demo, then the tests; the same torch for vLLM's CPU build."""
     install, tests = (code.strip() for info, code in BLOCKS[:2])
-    assert install == 'pip install torch==2.13.0 && pip install -e ".[dev]" && python examples/train_qwen.py'
+    assert install == f'{CPU_TORCH} && pip install -e ".[dev]" && python examples/train_qwen.py'
     assert tests == "python -m pytest"
-    ci = (ROOT / ".ci" / "run").read_text()
-    assert "pip install -q torch==2.13.0" in ci and 'pip install -q -e ".[dev]"' in ci and "python -m pytest" in ci
+    vllm_install = BLOCKS[2][1].splitlines()[0]
+    assert vllm_install.startswith(f"{CPU_TORCH} && ")
+    ci = (ROOT / ".ci" / "run").read_text().splitlines()
+    for command in (install, vllm_install):
+        assert f"{command} || exit 1" in ci
+    assert "python -m pytest" in ci
 
 
 def shell_commands(readme: str = README) -> list[str]:
@@ -101,6 +128,10 @@ SMALL_DEMO = (
     "--demo_warm_start_steps 5 --demo_num_heldout 20 --demo_num_train_prompts 8 --per_device_train_batch_size 8 "
     "--demo_num_layers 1 --demo_hidden_size 32 --demo_num_heads 1 --disable_tqdm true"
 ).split()
+
+
+def test_the_multi_gpu_launch_is_in_the_first_150_lines():
+    assert any("accelerate launch" in line and "zero3_8gpu.yaml" in line for line in README.splitlines()[:150])
 
 
 def test_every_shell_command_runs_here_or_says_what_it_needs():

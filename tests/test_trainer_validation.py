@@ -192,6 +192,16 @@ def test_prompt_plus_completion_longer_than_the_context_fails_at_construction(tm
     check_context_length(model, tokenizer, dataset, args)  # exactly the context: accepted
 
 
+def test_a_prompt_longer_than_the_context_is_never_told_to_shorten_the_completion_below_zero(model_and_tokenizer):
+    model, tokenizer = model_and_tokenizer
+    context = model.config.max_position_embeddings
+    dataset = Dataset.from_dict({"prompt": ["x" * (context + 10)]})
+    args = SimpleNamespace(max_completion_length=8, use_vllm=False, vllm_mode="colocate", vllm_max_model_length=None)
+    with pytest.raises(ValueError, match="The prompt alone fills the context, so no completion fits") as error:
+        check_context_length(model, tokenizer, dataset, args)
+    assert "at most -" not in str(error.value)
+
+
 def test_a_stream_s_first_prompts_are_checked_against_the_context(tmp_path, model_and_tokenizer):
     model, tokenizer = model_and_tokenizer
     stream = prompt_dataset().to_iterable_dataset()
@@ -271,3 +281,12 @@ def test_none_in_a_column_the_reward_reads_fails_at_construction(tmp_path, model
         CoBAGRPOTrainer(model, solution_reward, args=args, train_dataset=dataset, processing_class=tokenizer)
     dataset = dataset.select(range(15))  # the rows left hold no None: the indices mapping is read, not the table
     CoBAGRPOTrainer(model, solution_reward, args=args, train_dataset=dataset, processing_class=tokenizer)
+
+
+def test_a_wrong_success_reward_func_is_refused_before_the_model_loads(tmp_path):
+    """The reward names are known before TRL loads the model: a model id that cannot load here is never reached."""
+    args = CoBAConfig(output_dir=str(tmp_path), success_reward_func="accuracy", **TINY_ARGS)
+    with pytest.raises(
+        ValueError, match=r"success_reward_func is 'accuracy'; 'accuracy' is not one of .*'parity_reward'"
+    ):
+        CoBAGRPOTrainer("no-such-org/no-such-model", parity_reward, args=args, train_dataset=prompt_dataset())

@@ -79,6 +79,25 @@ def require_hub(kind: str, name: str, local: str) -> str | None:
     return reason
 
 
+def check_model_source(name: str) -> None:
+    """A model that is no local folder comes from the Hub: a `ValueError` at once, before anything loads, when the
+    Hub has no host, or when offline mode is on and the offline cache does not hold the model."""
+    if os.path.isdir(name):
+        return
+    reason = require_hub("model", name, LOCAL_MODEL)
+    if reason is None:
+        return
+    from huggingface_hub import try_to_load_from_cache
+
+    try:
+        cached = isinstance(try_to_load_from_cache(name, "config.json"), str)
+    except ValueError:  # not even a Hub id (a path such as outputs/run/model that does not exist)
+        cached = False
+    if not cached:
+        error = hub_error("model", name, f"{reason}, and the offline cache does not hold it", LOCAL_MODEL)
+        raise ValueError(f"model_name_or_path {name} is no local folder. {error}")
+
+
 def _cause(error: BaseException) -> str:
     """The message of the first cause of `error` that says what went wrong (datasets wraps a JSON or Arrow parse
     error in a generic one)."""

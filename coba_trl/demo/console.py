@@ -8,11 +8,14 @@ that prints what a person follows, on the main process only:
 and, in runs that refill or skip, what the round spent on that: `refills 2  skipped 3` (refill phases added, prompt
 visits skipped).
 
-Only the console changes: every metric still goes to ``trainer_state.json`` (the log history) and to every
+In a log file or pipe the progress bar is left out (its redraws would be glued to the lines). Only the console
+changes: every metric still goes to ``trainer_state.json`` (the log history) and to every
 ``report_to`` backend, whose callbacks run before this one.
 """
 
 from __future__ import annotations
+
+import sys
 
 from transformers import PrinterCallback, ProgressCallback, Trainer
 
@@ -61,7 +64,10 @@ class CompactPrinterCallback(PrinterCallback):
 
 def use_compact_console(trainer: Trainer) -> None:
     """Replace the trainer's progress or printer callback with its compact version (added last, so it sees the
-    held-out accuracy that the demo's accuracy callback adds to the record)."""
-    for stock, compact in ((ProgressCallback, CompactProgressCallback), (PrinterCallback, CompactPrinterCallback)):
+    held-out accuracy that the demo's accuracy callback adds to the record). Where the progress bar would not reach a
+    terminal (a log file, a pipe), the lines are printed without it: a bar redrawn in a file leaves its fragments
+    before every line."""
+    bar = CompactProgressCallback if sys.stderr.isatty() else CompactPrinterCallback
+    for stock, compact in ((ProgressCallback, bar), (PrinterCallback, CompactPrinterCallback)):
         if trainer.pop_callback(stock) is not None:
             trainer.add_callback(compact)

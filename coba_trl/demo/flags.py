@@ -18,7 +18,7 @@ import hashlib
 import os
 import re
 
-from coba_trl.checkpoint import STATE_FILE
+from coba_trl.checkpoint import STATE_FILE, latest_complete_checkpoint
 from coba_trl.demo.config import DEMO_OUTPUT_DIR
 
 SUMMARY_FILE = "demo_summary.json"
@@ -73,9 +73,23 @@ def resumes_latest(checkpoint: str | None) -> bool:
     return checkpoint is not None and checkpoint.lower() == "true" and not os.path.isdir(checkpoint)
 
 
+def check_resume(checkpoint: str | None, output_dir: str) -> None:
+    """``--resume_from_checkpoint`` names a complete demo checkpoint (``true``: `output_dir` holds one)."""
+    if not checkpoint:
+        return
+    if resumes_latest(checkpoint):
+        checkpoint = latest_complete_checkpoint(output_dir, warn=lambda message: None)  # the run names what it skips
+    check_checkpoint(checkpoint)
+
+
 def check_checkpoint(checkpoint: str) -> None:
     """A demo checkpoint holds the CoBA state and the accuracy before RL (written when the demo saves)."""
     missing = [name for name in (STATE_FILE, BEFORE_RL_FILE) if not os.path.isfile(os.path.join(checkpoint, name))]
+    if missing and os.path.isfile(os.path.join(checkpoint, SUMMARY_FILE)):
+        raise ValueError(
+            f"resume_from_checkpoint {checkpoint} is a finished demo run's output folder, not a checkpoint, and that "
+            "run saved none (no checkpoint-N folder). Pass a checkpoint-N folder of a run made with --save_steps N."
+        )
     if missing:
         raise ValueError(
             f"resume_from_checkpoint {checkpoint!r} is not a checkpoint of the CPU demo (missing: {', '.join(missing)}). "

@@ -206,6 +206,9 @@ def run_demo(
         "accuracy_after_by_level": {k: v for k, v in after.items() if k.startswith("level_")},
         "steps": trainer.state.global_step,
         "rollouts": trainer.rollouts_generated,  # completions generated, every phase and refill included
+        "rows_trained": trainer.round_runner.spending.rows_trained,
+        "rows_with_spread": trainer.round_runner.spending.rows_with_spread,
+        "prompt_visits_skipped": trainer.round_runner.spending.prompts_skipped,
         "budget_allocator": training_args.budget_allocator,
         "operands": list(demo_args.demo_operands),
         "warm_start_steps": demo_args.demo_warm_start_steps,
