@@ -40,9 +40,10 @@ import torch  # noqa: E402
 from gpu_check_fsdp import check_fsdp  # noqa: E402
 from gpu_check_sections import check_correctness, check_lora  # noqa: E402
 from gpu_check_speed import ARMS, describe, measure_speed  # noqa: E402
-from gpu_check_trainers import CPU_SMOKE, QWEN25_05B, Sizes, free_memory, plain  # noqa: E402
+from gpu_check_trainers import CPU_SMOKE, CPU_SPEED, QWEN25_05B, Sizes, free_memory, plain  # noqa: E402
 
 SECTIONS = ("correctness", "fsdp", "lora", "speed")
+SIZES = {"qwen2.5-0.5b": QWEN25_05B, "cpu-smoke": CPU_SMOKE, "cpu-speed": CPU_SPEED}
 
 
 class Report:
@@ -163,7 +164,13 @@ def main() -> None:
     parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
     parser.add_argument("--output_dir", default="outputs/gpu_check")
     parser.add_argument("--sections", nargs="+", choices=SECTIONS, default=list(SECTIONS), help="run only these")
-    parser.add_argument("--rounds", type=int, help="most measured speed cycles (default: 8 on CUDA, 1 on CPU)")
+    parser.add_argument(
+        "--sizes",
+        choices=list(SIZES),
+        help="the model and round sizes of the LoRA and speed sections (default: qwen2.5-0.5b on CUDA, cpu-smoke on "
+        "CPU; cpu-speed: hidden size 128, 4 layers, 16 prompts x 8 completions of 32 tokens)",
+    )
+    parser.add_argument("--rounds", type=int, help="most measured speed cycles (default: the sizes', 8 or 1 for cpu-smoke)")
     parser.add_argument("--time_limit", type=float, default=285.0, help="seconds from the start: no speed cycle after")
     parser.add_argument(
         "--reverse_arms",
@@ -180,7 +187,7 @@ def main() -> None:
             f"CUDA is not available to torch {torch.__version__} (CUDA {torch.version.cuda}); --device cpu runs "
             "the CPU smoke"
         )
-    sizes = QWEN25_05B if device.type == "cuda" else CPU_SMOKE
+    sizes = SIZES[args.sizes] if args.sizes else QWEN25_05B if device.type == "cuda" else CPU_SMOKE
     sizes = dataclasses.replace(sizes, rounds=args.rounds or sizes.rounds)
     fsdp_timeout = args.fsdp_timeout or (120.0 if device.type == "cuda" else 300.0)
     stop_at = START + args.time_limit

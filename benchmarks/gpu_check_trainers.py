@@ -45,6 +45,7 @@ class Sizes:
 
 QWEN25_05B = Sizes(896, 24, 14, 2, 4864, 151_936, 64, 8, 128, 8, rounds=8, small_prompts=16, small_tokens=64)
 CPU_SMOKE = Sizes(32, 2, 4, 2, 64, 512, 4, 4, 8, 2, rounds=1, small_prompts=4, small_tokens=8)
+CPU_SPEED = Sizes(128, 4, 4, 2, 512, None, 16, 8, 32, 2, rounds=8, small_prompts=4, small_tokens=8)
 FP32_CHECK = Sizes(64, 2, 4, 2, 128, None, 4, 4, 16, 2, rounds=3, small_prompts=4, small_tokens=16)
 
 
