@@ -6,7 +6,7 @@
 Trains two rounds of every arm on the check's own trainers (`gpu_check_trainers.make_trainer`) and records, for every
 call of the model's `generate`: the rows and their length, the padding, the distinct prompts and how their rows are
 laid out (runs of one prompt), the sampling settings, the model's state (train mode, gradient checkpointing, cache,
-dtype, attention, grad mode), and what the decoding steps fed the model (steps, rows per step, cache on). It prints
+dtype, attention, grad mode), and what the decoding steps fed the model (steps and their input shapes). It prints
 what differs between the arms; everything not listed is identical.
 """
 
@@ -22,9 +22,9 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import torch  # noqa: E402
 from gpu_check_speed import ARMS  # noqa: E402
-from gpu_check_trainers import CPU_SPEED, QWEN25_05B, make_trainer  # noqa: E402
+from gpu_check_trainers import CPU_SMOKE, CPU_SPEED, QWEN25_05B, make_trainer  # noqa: E402
 
-SIZES = {"cpu-speed": CPU_SPEED, "qwen2.5-0.5b": QWEN25_05B}
+SIZES = {"cpu-speed": CPU_SPEED, "cpu-smoke": CPU_SMOKE, "qwen2.5-0.5b": QWEN25_05B}
 
 
 def runs(row_keys: list[tuple]) -> list[int]:
@@ -45,7 +45,7 @@ def watch(model, calls: list[dict]) -> None:
 
     def forward_hook(module, args, kwargs):
         ids = kwargs.get("input_ids", args[0] if args else None)
-        steps.append((tuple(ids.shape), kwargs.get("past_key_values") is not None, kwargs.get("use_cache")))
+        steps.append(tuple(ids.shape))
 
     model.register_forward_pre_hook(forward_hook, with_kwargs=True)
 
@@ -71,8 +71,7 @@ def watch(model, calls: list[dict]) -> None:
                 "attention": model.config._attn_implementation,
                 "grad_enabled": torch.is_grad_enabled(),
                 "decode_steps": len(steps),
-                "step_shapes": sorted({shape for shape, _, _ in steps}),
-                "steps_with_cache": sum(cached for _, cached, _ in steps),
+                "step_shapes": sorted(set(steps)),  # (rows, 1) after the prompt's step: the cache is in use
             }
         )
         return output
