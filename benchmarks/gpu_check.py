@@ -143,6 +143,8 @@ def print_table(report: dict) -> None:
         f"{'rounds':>6} groups (means over the measured rounds)"
     )
     for arm, r in speed.get("arms", {}).items():
+        if not r["rounds_measured"]:
+            continue
         peak = f"{r['peak_above_round_start_gib']:9.2f}" if "peak_above_round_start_gib" in r else f"{'-':>9}"
         print(
             f"{arm:<8} {r['round_s']:8.2f} {r['generation_s']:7.2f} {r['scoring_s']:8.3f} {r['training_s']:8.2f} "
