@@ -172,7 +172,9 @@ def main() -> None:
         help="the model and round sizes of the LoRA and speed sections (default: qwen2.5-0.5b on CUDA, cpu-smoke on "
         "CPU; cpu-speed: hidden size 128, 4 layers, 16 prompts x 8 completions of 32 tokens)",
     )
-    parser.add_argument("--rounds", type=int, help="most measured speed cycles (default: the sizes', 8 or 1 for cpu-smoke)")
+    parser.add_argument(
+        "--rounds", type=int, help="most measured speed cycles (default: the sizes', 8 or 1 for cpu-smoke)"
+    )
     parser.add_argument("--time_limit", type=float, default=285.0, help="seconds from the start: no speed cycle after")
     parser.add_argument(
         "--reverse_arms",
