@@ -6,7 +6,7 @@
 
 The sections run in this order, most telling first, each on its own: one that fails or hangs leaves OUT/<section>.log
 (its traceback, the stacks of a hang, or the launched processes' output) and the next one still runs. Every figure
-is written to OUT/gpu_check.json as soon as it exists (each speed arm, each check), so a run cut short keeps them.
+is written to OUT/gpu_check.json as soon as it exists (each speed cycle, each check), so a run cut short keeps them.
 1. correctness (`gpu_check_sections.py`): fp32, eager attention, deterministic algorithms; uniform CoBA against
    GRPOTrainer step for step, and a scripted uneven allocation.
 2. fsdp (`gpu_check_fsdp.py`): two CoBA rounds under `recipes/accelerate/fsdp_8gpu.yaml`, launched in one process
