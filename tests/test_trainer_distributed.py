@@ -71,6 +71,10 @@ def test_two_process_resume_inside_a_round_is_exact(tmp_path):
     assert resumed[0]["rounds"] == full[0]["rounds"][2:]
     assert resumed[0]["history"] == full[0]["history"]
     assert resumed[0]["allocator"] == full[0]["allocator"]
+    for rank in range(2):  # each process trained its own saved rows: the same losses and weights
+        assert any(loss != 0 for loss in full[rank]["losses"])
+        assert resumed[rank]["losses"] == full[rank]["losses"]
+        assert resumed[rank]["weights"] == full[rank]["weights"]
     assert resumed[0]["global_step"] == full[0]["global_step"] == 8
     for step in range(1, 9):  # marked complete once both processes had saved their random state
         listed = json.loads((tmp_path / "full" / f"checkpoint-{step}" / COMPLETE_FILE).read_text())["files"]

@@ -55,6 +55,13 @@ def step_reward(completions, uid, trainer_state, **kwargs):
     return [float((int(u[1:]) + trainer_state.global_step) % 3 == 0) for u in uid]
 
 
+def step_parity_reward(completions, uid, trainer_state, **kwargs):
+    """`step_reward`, plus 0.25 for an even-length completion: the successes (reward >= 1) and so the allocations
+    depend only on the prompt and the step, but a group's rewards differ, so its rows carry advantages and a loss."""
+    parity = parity_reward([c[-1]["content"] if isinstance(c, list) else c for c in completions])
+    return [s + 0.25 * p for s, p in zip(step_reward(completions, uid, trainer_state), parity, strict=True)]
+
+
 def tiny_model(hidden_size: int = 16):
     tokenizer = build_byte_tokenizer()
     return build_tiny_qwen2(tokenizer, hidden_size=hidden_size), tokenizer
@@ -148,8 +155,8 @@ def _odd_layout_args(out_dir: str, **overrides):
 def main(out_dir: str, mode: str = "scripted", resume_from: str | None = None) -> None:
     """Two-process run; every rank dumps what it saw to OUT_DIR/rank{R}.json, then tears down cleanly.
 
-    `scripted`: scripted uneven group sizes, parity reward. `coba`: the CoBA allocator with a step-dependent reward,
-    a checkpoint every step (resume with a third argument, the checkpoint folder). `two-phase`: `coba` with two-phase
+    `scripted`: scripted uneven group sizes, parity reward. `coba`: the CoBA allocator with a step-dependent success
+    reward (`step_parity_reward`: the completions' parity adds a loss), a checkpoint every step (resume with a third argument, the checkpoint folder). `two-phase`: `coba` with two-phase
     rounds and rescued zero-variance groups. `fail`: `scripted` with an allocator that raises in round 2, on process 0
     only; every rank writes the error it raised to OUT_DIR/rank{R}.error. `uniform`: the uniform allocator, parity
     reward; `grpo`: TRL's GRPOTrainer in the same layout.
@@ -196,7 +203,8 @@ def main(out_dir: str, mode: str = "scripted", resume_from: str | None = None) -
         args = _odd_layout_args(
             out_dir, max_steps=8, coba_window=3, pass_rate_window=2, save_strategy="steps", save_steps=1, **two_phase
         )
-        trainer = CoBAGRPOTrainer(model, step_reward, args=args, train_dataset=dataset, processing_class=tokenizer)
+        reward = step_parity_reward if mode == "coba" else step_reward
+        trainer = CoBAGRPOTrainer(model, reward, args=args, train_dataset=dataset, processing_class=tokenizer)
     coba = isinstance(trainer, CoBAGRPOTrainer)
     recorder, rounds = Recorder(trainer), RoundRecorder(trainer) if coba else None
     trainer.train(resume_from_checkpoint=resume_from)
