@@ -43,6 +43,7 @@ def refused(script, capsys, *argv: str) -> str:
         (["--prior_pass_rate_column", "pass_rate"], "prior_pass_rate_column is 'pass_rate', but train_dataset has"),
         (["--max_steps", "0"], "max_steps is 0"),
         (["--skip_rule", "spread_chance"], "skip_rule is 'spread_chance' but skip_settled_prompts is False"),
+        (["--resume_from_checkpoint", "true"], "resume_from_checkpoint=True found no checkpoint-N folder in"),
     ],
 )
 def test_a_demo_mistake_is_one_line_before_the_warm_start(script, capsys, tmp_path, argv, says):
