@@ -57,8 +57,11 @@ def test_latest_checkpoint_is_used_when_the_run_did_not_finish(tmp_path):
     for step in (5, 10):
         write_state(tmp_path / f"checkpoint-{step}", [{"step": step, "reward": 0.5}])
     assert find_trainer_state(str(tmp_path)).endswith("checkpoint-10/trainer_state.json")
-    with pytest.raises(ValueError, match="trainer_state.json"):
+    with pytest.raises(ValueError, match="missing does not exist: pass the output_dir of a training run"):
         find_trainer_state(str(tmp_path / "missing"))
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ValueError, match="holds no trainer_state.json, nor do any checkpoint-"):
+        find_trainer_state(str(tmp_path / "empty"))
 
 
 def test_series_skips_records_without_the_key():
