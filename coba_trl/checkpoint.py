@@ -3,8 +3,8 @@
 This module only writes and reads files; what they hold is the round runner's (`coba_trl.rounds.runner.RoundRunner`,
 `state_dict` / `resume`). `saving` wraps TRL's save: it writes the runner's state to `coba_state.json` (atomically)
 and, in a checkpoint saved inside a round, each process's rows not yet trained to `coba_rows_<rank>.pt`. A save owns
-its folder: whatever an earlier save into the same folder left there is removed first, so rows saved by a run with
-another number of processes can never be read back with this run's state (docs/training.md, "Checkpoints and exact
+what it writes: the files an earlier save into the same folder left (its marker, its rows) are removed first, so rows
+saved by a run with another number of processes can never be read back with this run's state (docs/training.md, "Checkpoints and exact
 resume").
 
 A checkpoint is complete once `coba_complete.json` is in it (written after every process has saved): it lists each
@@ -26,7 +26,6 @@ import json
 import logging
 import os
 import re
-import shutil
 import tempfile
 from collections.abc import Callable
 from contextlib import contextmanager
@@ -47,6 +46,7 @@ logger = logging.getLogger(__name__)
 
 
 ROWS_FILE = "coba_rows_{rank}.pt"  # a process's generated rows not yet trained, in a checkpoint saved inside a round
+ROWS_PATTERN = r"coba_rows_\d+\.pt"
 
 
 def save_buffered_rows(directory: str, rank: int, batches: list[dict]) -> None:
@@ -59,7 +59,7 @@ def save_buffered_rows(directory: str, rank: int, batches: list[dict]) -> None:
 def load_buffered_rows(directory: str, rank: int, num_processes: int) -> list[dict] | None:
     """Process `rank`'s saved rows, or None when the checkpoint has none for `num_processes` processes (a checkpoint
     saved at a round's end, by an earlier coba-trl, or with another number of processes)."""
-    names = {name for name in os.listdir(directory) if re.fullmatch(r"coba_rows_\d+\.pt", name)}
+    names = {name for name in os.listdir(directory) if re.fullmatch(ROWS_PATTERN, name)}
     if names != {ROWS_FILE.format(rank=r) for r in range(num_processes)}:
         return None
     return torch.load(os.path.join(directory, ROWS_FILE.format(rank=rank)), map_location="cpu", weights_only=True)
@@ -92,11 +92,14 @@ def save_state(directory: str, state: dict) -> None:
 
 
 def start_checkpoint(directory: str, state: dict) -> None:
-    """Begin a checkpoint save into `directory`: the save owns its folder, so whatever an earlier save into the same
-    folder left there (another run's marker, `trainer_state.json`, or rows of its round in progress saved by another
-    number of processes) is removed first; then the CoBA state is written."""
+    """Begin a checkpoint save into `directory`: remove what an earlier save into the same folder left that this save
+    may not write again (its marker and `trainer_state.json`, which would make a half-rewritten folder look complete,
+    and rows of a round in progress, which another number of processes may have saved), then write the CoBA state.
+    Files written for this save before it starts (a callback's, say) are kept."""
     if os.path.isdir(directory):
-        shutil.rmtree(directory)
+        for name in os.listdir(directory):
+            if name in (COMPLETE_FILE, TRAINER_STATE_FILE) or re.fullmatch(ROWS_PATTERN, name):
+                os.remove(os.path.join(directory, name))
     save_state(directory, {**state, MARKED_KEY: True})
 
 
