@@ -1,6 +1,6 @@
 """One unit of a study: the warm start of a warm-start seed, and one arm's RL run from it at one RL seed.
 
-`study_runner.py` schedules these; each writes its raw result as JSON (`paths`). A pilot run does all the same work
+`runner.py` schedules these; each writes its raw result as JSON (`paths`). A pilot run does all the same work
 (so its wall time counts the evaluations) but keeps only timing and the per-round training series `PILOT_SERIES`.
 """
 
@@ -193,9 +193,8 @@ def prepare_warm_start(protocol: dict, output_dir: str, warm_seed: int, legacy: 
 
 def training_args(protocol: dict, arms: dict, arm: str, seed: int, output_dir: str):
     """The arm's `CoBAConfig`: the protocol's schedule, the arm's settings, `protocol["trainer"]` on top."""
-    from study_arms import STUDY_ONLY_SETTINGS
-
     from coba_trl import CoBAConfig
+    from studies.arms import STUDY_ONLY_SETTINGS
 
     settings = {key: value for key, value in arms[arm].items() if key not in STUDY_ONLY_SETTINGS}
     generations = protocol["num_generations"] * arms[arm].get("budget_multiplier", 1)
@@ -243,9 +242,6 @@ def run_arm(job: dict) -> dict:
     legacy (studies 1 and 2's file names), record ("full" or "compact") and pilot.
     """
     import torch
-    from study_arms import study_allocator
-    from study_budget import GeneratedRolloutBudget, generated_rollout_budget
-    from study_records import RecordingTrainer, compact_rounds, timing_callbacks
     from transformers import Qwen2ForCausalLM
     from transformers.trainer_callback import PrinterCallback
 
@@ -254,6 +250,9 @@ def run_arm(job: dict) -> dict:
     from coba_trl.demo.task import to_prompt_dataset
     from coba_trl.rewards import dapo_accuracy_reward
     from coba_trl.tiny import build_byte_tokenizer
+    from studies.arms import study_allocator
+    from studies.budget import GeneratedRolloutBudget, generated_rollout_budget
+    from studies.records import RecordingTrainer, compact_rounds, timing_callbacks
 
     protocol, arm, warm_seed, seed, legacy = (job[key] for key in ("protocol", "arm", "warm_seed", "seed", "legacy"))
     name = run_name(arm, warm_seed, seed, legacy)
