@@ -3,8 +3,6 @@ the CPU demo's configuration, its shuffled arm keeps CoBA's group sizes without 
 rules."""
 
 import dataclasses
-import glob
-import os
 
 import numpy as np
 import pytest
@@ -12,9 +10,8 @@ from scripts.benchmarks import load_benchmark
 
 
 def declarations():
-    folder = os.path.dirname(load_benchmark("studies.protocols").__file__)
-    names = sorted(os.path.basename(p)[:-3] for p in glob.glob(os.path.join(folder, "*.py")) if "__" not in p)
-    return [load_benchmark("studies.protocols").load_study(name) for name in names]
+    protocols = load_benchmark("studies.protocols")
+    return [protocols.load_study(name) for name in protocols.declared()]
 
 
 def refill_and_skipping_available() -> bool:
@@ -36,7 +33,9 @@ def test_every_declaration_compares_its_own_arms_at_temperature_one(tmp_path):
         "warm_starts",
     ]
     waiting = (
-        () if refill_and_skipping_available() else load_benchmark("studies.protocols.rollout_savings").NEEDS_REFILL_OR_SKIPPING
+        ()
+        if refill_and_skipping_available()
+        else load_benchmark("studies.protocols.rollout_savings").NEEDS_REFILL_OR_SKIPPING
     )
     for study in studies:
         assert {arm for pair in study.comparisons for arm in pair} <= set(study.arms)
@@ -155,3 +154,11 @@ def test_studies_1_and_2_keep_their_sign_rule():
     assert verdict(np.array([-0.02, -0.01, -0.03])) == "loses to"
     assert verdict(np.array([0.02, 0.01, -0.001])) == "no difference shown against"
     assert shown_epochs(5) == [2, 3, 4, 5] and shown_epochs(20) == [2, 3, 4, 5, 6, 10, 14, 18, 20]
+
+
+def test_an_unknown_study_is_named_with_the_declared_ones(capsys):
+    with pytest.raises(SystemExit):
+        load_benchmark("studies.runner").main(["warm_start", "--report_only"])
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "study warm_start: no declaration benchmarks/studies/protocols/warm_start.py" in error
+    assert "rollout_savings_hard, warm_starts" in error

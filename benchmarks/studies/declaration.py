@@ -53,4 +53,3 @@ def units(protocol: dict) -> list[tuple[int, int]]:
     """(warm-start seed, RL seed) of every unit, RL seed outermost: a study cut short keeps every warm start."""
     warm_seeds = protocol["warm_start_seeds"] if "warm_start_seeds" in protocol else [protocol["warm_start_seed"]]
     return [(warm_seed, seed) for seed, warm_seed in itertools.product(protocol["seeds"], warm_seeds)]
-

@@ -160,7 +160,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--report_only", action="store_true", help="Only render the raw JSON into the study's page.")
     parser.add_argument("--docs_dir", default=PAGES, help="Where the report writes the study's page and plots.")
     options = parser.parse_args(argv)
-    study = load_study(options.study)
+    try:
+        study = load_study(options.study)
+    except ValueError as error:
+        parser.error(str(error))
     arms = options.arms or list(study.arms)
     unknown = sorted(set(arms) - set(study.arms))
     if unknown:
