@@ -101,12 +101,12 @@ def test_study_6_is_study_5_on_the_hard_regime_with_one_rl_seed_and_the_benchmar
     assert len(study.comparisons) == 17 and study.unit == "warm_start"
     bench = load_benchmark("rollout_savings")
     assert all(bench.ARMS[arm] == settings for arm, settings in study.arms.items())  # the benchmark's arms
-    study_run = load_benchmark("studies.run")
+    study_run, task = load_benchmark("studies.run"), load_benchmark("studies.task")
     args = {arm: study_run.training_args(ours, study.arms, arm, 0, str(tmp_path)) for arm in study.arms}
     assert (
         args["knapsack_spread"].skip_rule == "spread_chance" and args["dapo_spread"].zero_variance_groups == "refill"
     )
-    train = study_run.problem_sets(ours)[0]
+    train = task.problem_sets(ours)[0]
     assert len(train) == 128 and {len(p.question.split("+")) for p in train} == {2, 20, 24, 28, 32}
 
 

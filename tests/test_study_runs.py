@@ -15,13 +15,13 @@ def run(study: str, *options: str) -> None:
 
 @pytest.mark.slow
 def test_study_1_runs_every_arm_at_its_budget_and_reports(tmp_path):
-    study_run = load_benchmark("studies.run")
+    paths = load_benchmark("studies.paths")
     study = load_benchmark("studies.protocols").load_study("allocators")
     output_dir, docs_dir = str(tmp_path / "raw"), str(tmp_path / "docs")
     run("allocators", "--quick", "--workers", "1", "--output_dir", output_dir)
     runs = {}
     for arm in study.arms:
-        with open(study_run.run_path(output_dir, arm, 0)) as handle:
+        with open(paths.run_path(output_dir, arm, 0)) as handle:
             runs[arm] = json.load(handle)
     base = runs["grpo"]["rollouts"]
     assert base > 0
@@ -40,12 +40,12 @@ def test_study_1_runs_every_arm_at_its_budget_and_reports(tmp_path):
 
 @pytest.mark.slow
 def test_study_3_pilots_keep_no_accuracy_and_its_runs_record_phases_rescues_and_drops(tmp_path):
-    study_run = load_benchmark("studies.run")
+    paths = load_benchmark("studies.paths")
     output_dir, docs_dir = str(tmp_path / "raw"), str(tmp_path / "docs")
     common = ["--quick", "--workers", "1", "--output_dir", output_dir]
     run("phases", *common, "--pilot", "--arms", "coba_rescue", "--warm_start_seeds", "0")
     regime_dir = os.path.join(output_dir, "study_2_regime")
-    with open(study_run.pilot_path(regime_dir, "coba_rescue", 0, legacy=False)) as handle:
+    with open(paths.pilot_path(regime_dir, "coba_rescue", 0, legacy=False)) as handle:
         pilot = json.load(handle)
     assert "final_accuracy" not in pilot and "accuracy_curve" not in pilot  # a pilot keeps no accuracy
     assert pilot["train_time_s"] > 0 and pilot["generation_time_s"] > 0 and pilot["coba/failure_rate"]
@@ -54,7 +54,7 @@ def test_study_3_pilots_keep_no_accuracy_and_its_runs_record_phases_rescues_and_
     run("phases", *common)  # every arm: a unit is reported when all five ran
     records = {}
     for arm in arms:
-        with open(study_run.run_path(regime_dir, arm, 0, warm_seed=1, legacy=False)) as handle:
+        with open(paths.run_path(regime_dir, arm, 0, warm_seed=1, legacy=False)) as handle:
             records[arm] = json.load(handle)
     rescue, drop = records["coba_rescue"]["rounds"], records["grpo_drop"]["rounds"]
     assert all(len(r["generation_s"]) == 2 for r in rescue)  # screening + the rest, every round
@@ -74,13 +74,13 @@ def test_study_3_pilots_keep_no_accuracy_and_its_runs_record_phases_rescues_and_
 
 @pytest.mark.slow
 def test_study_4_units_record_small_json_and_the_report_regenerates_byte_for_byte(tmp_path):
-    study_run = load_benchmark("studies.run")
+    paths = load_benchmark("studies.paths")
     output_dir, docs_dir = str(tmp_path / "raw"), tmp_path / "docs"
     run("warm_starts", "--quick", "--workers", "1", "--regimes", "demo", "--output_dir", output_dir)
     regime_dir = os.path.join(output_dir, "demo")
     records = sorted(os.listdir(os.path.join(regime_dir, "runs")))
     assert len(records) == 5 * 2  # five arms x two units (warm-start seeds 0 and 1, RL seed 0)
-    with open(study_run.run_path(regime_dir, "coba_shuffled", 0, warm_seed=1, legacy=False)) as handle:
+    with open(paths.run_path(regime_dir, "coba_shuffled", 0, warm_seed=1, legacy=False)) as handle:
         record = json.load(handle)
     assert {"ATEN_CPU_CAPABILITY", "MKL_CBWR", "torch_cpu_capability"} <= set(record["provenance"]["numerics"])
     assert record["settings"]["group_weighting"] == "row" and record["optimizer_steps"] == 4
@@ -89,7 +89,9 @@ def test_study_4_units_record_small_json_and_the_report_regenerates_byte_for_byt
     assert os.path.exists(os.path.join(regime_dir, "warm_start", "warm1.json"))
 
     (docs_dir / "first").mkdir(parents=True)
-    (docs_dir / "first" / "warm_starts.md").write_text("# kept\n<!-- warm_starts:begin -->\n<!-- warm_starts:end -->\n")
+    (docs_dir / "first" / "warm_starts.md").write_text(
+        "# kept\n<!-- warm_starts:begin -->\n<!-- warm_starts:end -->\n"
+    )
     shutil.copytree(docs_dir / "first", docs_dir / "second")
     for name in ("first", "second"):
         run("warm_starts", "--report_only", "--output_dir", output_dir, "--docs_dir", str(docs_dir / name))

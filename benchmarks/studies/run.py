@@ -1,16 +1,17 @@
-"""One unit of a study: the warm start of a warm-start seed, and one arm's RL run from it at one RL seed.
+"""One arm's RL run of a study unit, from the unit's warm start at one RL seed.
 
-`runner.py` schedules these; each writes its raw result as JSON (`paths`). A pilot run does all the same work
+`runner.py` schedules these; each writes its raw result as JSON (`paths.py`). A pilot run does all the same work
 (so its wall time counts the evaluations) but keeps only timing and the per-round training series `PILOT_SERIES`.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import platform
-import subprocess
 import time
+
+from studies.paths import pilot_path, run_name, run_path, warm_start_dir, write_json
+from studies.provenance import machine_record, provenance
+from studies.task import problem_sets, sampled_pass_rates
 
 PILOT_SERIES = (
     "coba/failure_rate",
@@ -21,174 +22,6 @@ PILOT_SERIES = (
     "coba/rows_with_spread",
     "coba/refill_bound_reached",
 )
-
-
-def machine_record() -> dict:
-    """CPU model, core count, torch threads and load average: the same seed gives other digits on other CPUs."""
-    import torch
-
-    try:
-        lscpu = subprocess.run(["lscpu"], capture_output=True, text=True, check=False).stdout
-        model = next((line.split(":", 1)[1].strip() for line in lscpu.splitlines() if "Model name" in line), "")
-    except OSError:
-        model = ""
-    return {
-        "cpu_model": model or platform.processor(),
-        "nproc": os.cpu_count(),
-        "torch_threads": torch.get_num_threads(),
-        "load_average": [round(value, 2) for value in os.getloadavg()],
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-    }
-
-
-def provenance() -> dict:
-    """The code's commit (and whether its tracked files differ from it) and the CPU numerics settings in force."""
-    import coba_trl
-    from coba_trl.numerics import numerics_setting
-
-    package = os.path.dirname(os.path.abspath(coba_trl.__file__))
-
-    def git(*args: str) -> str:
-        result = subprocess.run(["git", "-C", package, *args], capture_output=True, text=True, check=False)
-        return result.stdout.strip()
-
-    return {
-        "commit": git("rev-parse", "HEAD"),
-        "tracked_files_modified": bool(git("status", "--porcelain", "--untracked-files=no")),
-        "coba_trl": package,
-        "numerics": numerics_setting(),
-    }
-
-
-def warm_start_dir(output_dir: str, warm_seed: int, legacy: bool) -> str:
-    """Checkpoint and before-RL record of one warm start (studies 1 and 2: the single `warm_start/`)."""
-    return os.path.join(output_dir, "warm_start") if legacy else os.path.join(output_dir, "warm_start", str(warm_seed))
-
-
-def run_name(arm: str, warm_seed: int, seed: int, legacy: bool) -> str:
-    return f"{arm}_seed{seed}" if legacy else f"{arm}_warm{warm_seed}_seed{seed}"
-
-
-def run_path(output_dir: str, arm: str, seed: int, warm_seed: int = 0, legacy: bool = True) -> str:
-    return os.path.join(output_dir, "runs", run_name(arm, warm_seed, seed, legacy) + ".json")
-
-
-def pilot_path(output_dir: str, arm: str, seed: int, warm_seed: int = 0, legacy: bool = True) -> str:
-    return os.path.join(output_dir, "pilots", run_name(arm, warm_seed, seed, legacy) + ".json")
-
-
-def problem_sets(protocol: dict):
-    """Training prompts, held-out problems and warm-start stream; `protocol["operands"]` sets the digits summed at each
-    level, `protocol["levels"]` keeps only those levels of the demo's.
-
-    A level subset is drawn from the demo's sets scaled up by 5 / len(levels) and filtered, so held-out and training
-    questions stay disjoint and the kept levels stay evenly mixed.
-    """
-    from coba_trl.demo.task import DIFFICULTY_LEVELS, demo_problem_sets
-
-    levels = protocol.get("levels")
-    sizes = [protocol[key] for key in ("num_train_prompts", "num_heldout", "num_warm_start_problems")]
-    if levels is None:  # `protocol["operands"]`: the digits summed at each level (a regime's mix; the demo's default)
-        operands = tuple(protocol.get("operands", DIFFICULTY_LEVELS))
-        return demo_problem_sets(*sizes, seed=protocol["data_seed"], operands_per_level=operands)
-    scale = -(-len(DIFFICULTY_LEVELS) // len(levels))
-    sets = demo_problem_sets(*(size * scale for size in sizes), seed=protocol["data_seed"])
-    return tuple([p for p in problems if p.level in levels][:size] for problems, size in zip(sets, sizes, strict=True))
-
-
-def sampled_pass_rates(model, tokenizer, problems, samples: int, max_new_tokens: int, seed: int = 1234) -> list:
-    """Per-problem share of `samples` completions whose ``Answer:`` is right (avg@samples, conversion analysis).
-
-    `samples` completions at temperature 1.0, or one greedy completion when `samples` is 0.
-    """
-    import torch
-
-    from coba_trl.demo.accuracy import extract_integer_answer
-
-    model.eval()
-    rates = []
-    with torch.random.fork_rng(), torch.no_grad():
-        torch.manual_seed(seed)
-        for start in range(0, len(problems), 64):
-            chunk = problems[start : start + 64]
-            texts = [
-                tokenizer.apply_chat_template(
-                    [{"role": "user", "content": p.question}], add_generation_prompt=True, tokenize=False
-                )
-                for p in chunk
-            ]
-            batch = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
-            sampling = {"do_sample": True, "temperature": 1.0, "top_k": 0, "top_p": 1.0} if samples else {}
-            output = model.generate(
-                **batch, max_new_tokens=max_new_tokens, num_return_sequences=max(samples, 1), **sampling
-            )
-            decoded = tokenizer.batch_decode(output[:, batch["input_ids"].shape[1] :], skip_special_tokens=True)
-            for index, problem in enumerate(chunk):
-                answers = decoded[index * max(samples, 1) : (index + 1) * max(samples, 1)]
-                rates.append(sum(extract_integer_answer(a) == problem.answer for a in answers) / len(answers))
-    model.train()
-    return rates
-
-
-def prepare_warm_start(protocol: dict, output_dir: str, warm_seed: int, legacy: bool, pilot: bool = False) -> dict:
-    """Warm-start the tiny model once per warm-start seed, save it and its before-RL record (reused when there).
-
-    The demo's warm start (`coba_trl.demo.run.run_demo`) with its seed replaced by `warm_seed`: the model's
-    initialisation and the order of the warm-start batches. A pilot's record keeps no accuracy; a later study run
-    from the same folder measures the saved checkpoint then.
-    """
-    import torch
-    from transformers import Qwen2ForCausalLM
-
-    from coba_trl.demo.accuracy import heldout_accuracy
-    from coba_trl.demo.warm_start import warm_start
-    from coba_trl.tiny import build_byte_tokenizer, build_tiny_qwen2
-
-    directory = warm_start_dir(output_dir, warm_seed, legacy)
-    info_path = os.path.join(directory, "before_rl.json")
-    if protocol.get("warm_start_threads"):
-        torch.set_num_threads(protocol["warm_start_threads"])
-    start, cpu_start = time.perf_counter(), time.process_time()
-    train, heldout, sft = problem_sets(protocol)
-    tokenizer = build_byte_tokenizer()
-    if os.path.exists(os.path.join(directory, "model.safetensors")) and os.path.exists(info_path):
-        with open(info_path) as handle:
-            info = json.load(handle)
-        if pilot or "heldout" in info:
-            return info
-        model = Qwen2ForCausalLM.from_pretrained(directory)  # a pilot's warm start: measure it now
-    else:
-        torch.manual_seed(warm_seed)
-        model = build_tiny_qwen2(
-            tokenizer,
-            hidden_size=protocol["hidden_size"],
-            num_hidden_layers=protocol["num_layers"],
-            max_position_embeddings=128,
-            seed=warm_seed,
-        )
-        warm_start(
-            model,
-            tokenizer,
-            sft,
-            steps=protocol["warm_start_steps"],
-            learning_rate=protocol["warm_start_learning_rate"],
-            seed=warm_seed,
-            log_every=0,
-        )
-        model.save_pretrained(directory)
-        info = {"warm_start_seed": warm_seed, "train_levels": [p.level for p in train]}
-        info["wall_time_s"] = round(time.perf_counter() - start, 1)
-        info["cpu_time_s"] = round(time.process_time() - cpu_start, 1)
-        info["machine"] = machine_record()
-    if not pilot:
-        max_new, samples = protocol["max_completion_length"], protocol["conversion_samples"]
-        info["heldout"] = heldout_accuracy(model, tokenizer, heldout, max_new)
-        info["heldout_sampled"] = sampled_pass_rates(model, tokenizer, heldout, samples, max_new)
-        if protocol.get("conversion", True):
-            info["train_pass_rates"] = sampled_pass_rates(model, tokenizer, train, samples, max_new)
-            info["train_greedy_correct"] = sampled_pass_rates(model, tokenizer, train, 0, max_new)
-    return write_json(info_path, info)
 
 
 def training_args(protocol: dict, arms: dict, arm: str, seed: int, output_dir: str):
@@ -225,14 +58,6 @@ def training_args(protocol: dict, arms: dict, arm: str, seed: int, output_dir: s
         **settings,
     }
     return CoBAConfig(**config)
-
-
-def write_json(path: str, result: dict) -> dict:
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path + ".tmp", "w") as handle:
-        json.dump(result, handle)
-    os.replace(path + ".tmp", path)
-    return result
 
 
 def run_arm(job: dict) -> dict:

@@ -34,17 +34,12 @@ if os.path.abspath(sys.path[0]) == HERE:  # run as a script: the benchmarks fold
     sys.path[0] = os.path.dirname(HERE)
 
 from studies.declaration import Study, units  # noqa: E402
+from studies.paths import pilot_path, run_path, warm_start_dir  # noqa: E402
 from studies.protocols import load_study  # noqa: E402
+from studies.provenance import machine_record, provenance  # noqa: E402
 from studies.report.pages import PAGES, write_report  # noqa: E402
-from studies.run import (  # noqa: E402
-    machine_record,
-    pilot_path,
-    prepare_warm_start,
-    provenance,
-    run_arm,
-    run_path,
-    warm_start_dir,
-)
+from studies.run import run_arm  # noqa: E402
+from studies.warm_start import prepare_warm_start  # noqa: E402
 
 
 def regime_protocols(study: Study, options) -> dict[str, dict]:
