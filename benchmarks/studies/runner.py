@@ -29,9 +29,8 @@ import sys  # noqa: E402
 import time  # noqa: E402
 from concurrent.futures import ProcessPoolExecutor, as_completed  # noqa: E402
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-if os.path.abspath(sys.path[0]) == HERE:  # run as a script: the benchmarks folder, where `studies` is a package
-    sys.path[0] = os.path.dirname(HERE)
+if __name__ == "__main__":  # run as a script: the benchmarks folder, where `studies` is a package, on the path
+    sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 from studies.declaration import Study, units  # noqa: E402
 from studies.paths import pilot_path, run_path, warm_start_dir  # noqa: E402
