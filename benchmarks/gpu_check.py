@@ -6,15 +6,16 @@
 
 The sections run in this order, most telling first, each on its own: one that fails or hangs leaves OUT/<section>.log
 (its traceback, the stacks of a hang, or the launched processes' output) and the next one still runs. Every figure
-is written to OUT/gpu_check.json as soon as it exists (each speed arm, each check), so a run cut short keeps them.
+is written to OUT/gpu_check.json as soon as it exists (each speed cycle, each check), so a run cut short keeps them.
 1. correctness (`gpu_check_sections.py`): fp32, eager attention, deterministic algorithms; uniform CoBA against
    GRPOTrainer step for step, and a scripted uneven allocation.
 2. fsdp (`gpu_check_fsdp.py`): two CoBA rounds under `recipes/accelerate/fsdp_8gpu.yaml`, launched in one process
    on CUDA (two over gloo on CPU) and stopped after `--fsdp_timeout` seconds.
 3. lora: one CoBA round with a LoRA adapter.
-4. speed: arms `coba`, `grpo`, `uniform` on a Qwen2.5-0.5B-shaped model in bf16, 512 completions of 256 tokens per
-   round; the arms share the time left before `--time_limit` (from the start of the script), each stopping before a
-   round that would end past its share, after at least one warm-up and one measured round.
+4. speed (`gpu_check_speed.py`): arms `coba`, `grpo`, `uniform` on a Qwen2.5-0.5B-shaped model in bf16, 512
+   completions of 128 tokens per round, the three trainers resident and trained a round each in turn (the order
+   reversed every cycle; `--reverse_arms` starts from the other end); each ratio is the median of paired per-round
+   ratios with a 95% interval. No cycle starts that would end past `--time_limit` (from the start of the script).
 """
 
 from __future__ import annotations
@@ -37,10 +38,12 @@ os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # deterministic cuB
 
 import torch  # noqa: E402
 from gpu_check_fsdp import check_fsdp  # noqa: E402
-from gpu_check_sections import ARMS, RATIOS, check_correctness, check_lora, measure_speed  # noqa: E402
-from gpu_check_trainers import CPU_SMOKE, QWEN25_05B, Sizes, free_memory, plain  # noqa: E402
+from gpu_check_sections import check_correctness, check_lora  # noqa: E402
+from gpu_check_speed import ARMS, describe, measure_speed  # noqa: E402
+from gpu_check_trainers import CPU_SMOKE, CPU_SPEED, QWEN25_05B, Sizes, free_memory, plain  # noqa: E402
 
 SECTIONS = ("correctness", "fsdp", "lora", "speed")
+SIZES = {"qwen2.5-0.5b": QWEN25_05B, "cpu-smoke": CPU_SMOKE, "cpu-speed": CPU_SPEED}
 
 
 class Report:
@@ -61,11 +64,12 @@ class Report:
 
 
 def estimates(sizes: Sizes, device: torch.device, fsdp_timeout: float) -> dict:
-    """Planned seconds on one H200 (estimates, not measurements): 15 s of imports, about 12 s per speed round of 512
-    completions of 256 tokens, 5 s to build a model, 45 s for the FSDP launch (a second Python, imports, two rounds)."""
+    """Planned seconds on one H200 (estimates, not measurements): 15 s of imports, about 6.5 s per speed round of 512
+    completions of 128 tokens (half the 12 s measured at 256 tokens: generation is host-bound, its time goes with the
+    tokens per completion), 5 s to build a model, 45 s for the FSDP launch (a second Python, imports, two rounds)."""
     if device.type != "cuda":
         return {}
-    speed = len(ARMS) * (5 + (1 + sizes.rounds) * 12)
+    speed = len(ARMS) * (5 + (1 + sizes.rounds) * 6.5)
     return {"imports": 15, "correctness": 20, "fsdp": min(45, fsdp_timeout), "lora": 15, "speed": speed}
 
 
@@ -136,17 +140,20 @@ def print_table(report: dict) -> None:
     speed = report.get("speed", {})
     print(
         f"\n{'arm':<8} {'round s':>8} {'gen s':>7} {'score s':>8} {'train s':>8} {'gen tok/s':>10} {'peak GiB':>9} "
-        f"{'rounds':>6} groups"
+        f"{'rounds':>6} groups (means over the measured rounds)"
     )
     for arm, r in speed.get("arms", {}).items():
-        peak = f"{r['peak_above_start_gib']:9.2f}" if "peak_above_start_gib" in r else f"{'-':>9}"
+        if not r["rounds_measured"]:
+            continue
+        peak = f"{r['peak_above_round_start_gib']:9.2f}" if "peak_above_round_start_gib" in r else f"{'-':>9}"
         print(
             f"{arm:<8} {r['round_s']:8.2f} {r['generation_s']:7.2f} {r['scoring_s']:8.3f} {r['training_s']:8.2f} "
             f"{r['generation_tokens_per_s']:10.0f} {peak} {r['rounds_measured']:6d} "
             f"{r['group_size_min']}..{r['group_size_max']}"
         )
-    for name, value in speed.get("ratios_over_grpo", {}).items():
-        print(f"{RATIOS[name]}: {value:.3f} (target <= 1.05)")
+    for name, measures in speed.get("ratios", {}).items():
+        for measure, ratio in measures.items():
+            print(f"{name} {measure}: median of paired ratios {describe(ratio)}, {ratio['confidence']:.1%} interval")
     for name in SECTIONS:
         if name in report:
             error = f" {report[name]['error']}" if "error" in report[name] else ""
@@ -159,8 +166,21 @@ def main() -> None:
     parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
     parser.add_argument("--output_dir", default="outputs/gpu_check")
     parser.add_argument("--sections", nargs="+", choices=SECTIONS, default=list(SECTIONS), help="run only these")
-    parser.add_argument("--rounds", type=int, help="most measured rounds per speed arm (default: 3 on CUDA, 1 on CPU)")
-    parser.add_argument("--time_limit", type=float, default=270.0, help="seconds from the start: no speed round after")
+    parser.add_argument(
+        "--sizes",
+        choices=list(SIZES),
+        help="the model and round sizes of the LoRA and speed sections (default: qwen2.5-0.5b on CUDA, cpu-smoke on "
+        "CPU; cpu-speed: hidden size 128, 4 layers, 16 prompts x 8 completions of 32 tokens)",
+    )
+    parser.add_argument(
+        "--rounds", type=int, help="most measured speed cycles (default: the sizes', 8 or 1 for cpu-smoke)"
+    )
+    parser.add_argument("--time_limit", type=float, default=285.0, help="seconds from the start: no speed cycle after")
+    parser.add_argument(
+        "--reverse_arms",
+        action="store_true",
+        help="the first speed cycle runs uniform, grpo, coba (default: coba, grpo, uniform)",
+    )
     parser.add_argument(
         "--fsdp_timeout", type=float, help="seconds before the FSDP launch is stopped (120 CUDA, 300 CPU)"
     )
@@ -171,7 +191,7 @@ def main() -> None:
             f"CUDA is not available to torch {torch.__version__} (CUDA {torch.version.cuda}); --device cpu runs "
             "the CPU smoke"
         )
-    sizes = QWEN25_05B if device.type == "cuda" else CPU_SMOKE
+    sizes = SIZES[args.sizes] if args.sizes else QWEN25_05B if device.type == "cuda" else CPU_SMOKE
     sizes = dataclasses.replace(sizes, rounds=args.rounds or sizes.rounds)
     fsdp_timeout = args.fsdp_timeout or (120.0 if device.type == "cuda" else 300.0)
     stop_at = START + args.time_limit
@@ -185,7 +205,7 @@ def main() -> None:
         plan = ", ".join(f"{name} ~{s:.0f} s" for name, s in planned.items())
         print(f"plan (estimate for one H200): {plan}; about {sum(planned.values()) / 60:.1f} min in all")
     print(
-        f"no speed round starts after {args.time_limit:.0f} s; the FSDP launch is stopped after {fsdp_timeout:.0f} s"
+        f"no speed cycle starts after {args.time_limit:.0f} s; the FSDP launch is stopped after {fsdp_timeout:.0f} s"
     )
     report.put("plan", "estimates_s", planned)
     with tempfile.TemporaryDirectory(prefix="gpu_check_") as runs:  # the trainers' output_dir (nothing is saved)
@@ -193,7 +213,7 @@ def main() -> None:
             "correctness": lambda put, log: check_correctness(device, runs, put, log),
             "fsdp": lambda put, log: check_fsdp(device, out, put, log, fsdp_timeout),
             "lora": lambda put, log: check_lora(sizes, device, runs, put),
-            "speed": lambda put, log: measure_speed(sizes, device, runs, put, log, stop_at),
+            "speed": lambda put, log: measure_speed(sizes, device, runs, put, log, stop_at, args.reverse_arms),
         }
         for name in (name for name in SECTIONS if name in args.sections):
             # stacks in the log: 3x the estimate, 30 s past the time limit for speed; 10 minutes without an estimate

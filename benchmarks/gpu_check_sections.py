@@ -1,12 +1,11 @@
-"""The in-process sections of the GPU check (`gpu_check.py`): correctness, LoRA and speed.
+"""The in-process sections of the GPU check (`gpu_check.py`): correctness and LoRA (speed: `gpu_check_speed.py`).
 
 Each section takes `put(key, value)`, which adds a figure to the report and writes it to disk at once, and calls it
-as soon as a part is done (each speed arm, each correctness check), so a run cut short keeps what it had.
+as soon as a part is done (each correctness check, each speed round), so a run cut short keeps what it had.
 """
 
 from __future__ import annotations
 
-import time
 import traceback
 from collections import Counter
 from collections.abc import Callable
@@ -16,13 +15,6 @@ import torch
 from gpu_check_trainers import FP32_CHECK, Sizes, logged, make_trainer, prompt_dataset, run_arm
 
 TOLERANCE = 1e-5
-ARMS = ("coba", "grpo", "uniform")  # CoBA and GRPO first: their ratio is the figure a short run must not lose
-
-RATIOS = {
-    "round_time": "CoBA / GRPO round time",
-    "peak_memory": "CoBA / GRPO peak memory",
-    "uniform_round_time": "uniform / GRPO round time",
-}
 Put = Callable[[str, object], None]
 
 
@@ -156,37 +148,3 @@ def check_lora(sizes: Sizes, device: torch.device, output_dir: str, put: Put) ->
     print(f"[lora] {result['trainable_parameters']:,} trainable parameters, {result['round_s']:.2f} s per round")
     for key, value in result.items():
         put(key, value)
-
-
-def measure_speed(sizes: Sizes, device: torch.device, output_dir: str, put: Put, log_path: str, stop_at: float):
-    """The arms in turn on equal rollouts, each written as it ends (an arm that fails leaves the others to run), and
-    the ratios to GRPO as soon as both arms ran. Each arm gets an equal share of the time left before `stop_at` and
-    starts no round past it."""
-    arms, parts = {}, Parts(log_path)
-    for index, arm in enumerate(ARMS):
-        arm_stop = time.perf_counter() + (stop_at - time.perf_counter()) / (len(ARMS) - index)
-        r = parts.run(arm, run_arm, arm, sizes, device, output_dir, rounds=sizes.rounds, warmup=1, stop_at=arm_stop)
-        if r is None:
-            continue
-        arms[arm] = r
-        put("arms", arms)
-        print(
-            f"[speed] {arm}: {r['round_s']:.2f} s per round (generation {r['generation_s']:.2f}, scoring "
-            f"{r['scoring_s']:.3f}, training {r['training_s']:.2f}) over {r['rounds_measured']} rounds",
-            flush=True,
-        )
-        if {"coba", "grpo"} <= set(arms):
-            ratios = speed_ratios(arms, device)
-            put("ratios_over_grpo", ratios)
-            print("[speed] " + ", ".join(f"{RATIOS[name]} {value:.3f}" for name, value in ratios.items()))
-    parts.raise_if_any()
-
-
-def speed_ratios(arms: dict, device: torch.device) -> dict:
-    """CoBA / GRPO round time and peak memory above the arm's start (CUDA), uniform / GRPO round time once it ran."""
-    ratios = {"round_time": arms["coba"]["round_s"] / arms["grpo"]["round_s"]}
-    if "uniform" in arms:
-        ratios["uniform_round_time"] = arms["uniform"]["round_s"] / arms["grpo"]["round_s"]
-    if device.type == "cuda":
-        ratios["peak_memory"] = arms["coba"]["peak_above_start_gib"] / arms["grpo"]["peak_above_start_gib"]
-    return ratios

@@ -28,8 +28,8 @@ def _gpu_check(output_dir: Path, *options: str) -> dict:
 
 @pytest.mark.slow
 def test_gpu_check_cpu_smoke_runs_the_in_process_sections(tmp_path):
-    # A time limit already past: every speed arm stops after its warm-up and one measured round of the two asked.
-    report = _gpu_check(tmp_path, "--sections", "correctness", "lora", "speed", "--rounds", "2", "--time_limit", "0")
+    # A time limit already past: the speed arms stop after the warm-up cycle and one measured cycle of the three asked.
+    report = _gpu_check(tmp_path, "--sections", "correctness", "lora", "speed", "--rounds", "3", "--time_limit", "0")
     assert sorted(path.name for path in tmp_path.iterdir()) == ["gpu_check.json"]  # no section left a log
 
     # Uniform CoBA reproduces GRPO exactly, gradient norms included; the scripted uneven groups arrive with numpy's
@@ -41,20 +41,55 @@ def test_gpu_check_cpu_smoke_runs_the_in_process_sections(tmp_path):
     assert scripted["observed_group_sizes"] == scripted["expected_group_sizes"] == [[1, 1, 5, 9], [2, 2, 5, 7]]
     assert scripted["advantages_vs_numpy"] <= 1e-5
 
-    # Equal work in every arm (16 completions of exactly 8 tokens), uneven groups only where CoBA allocates.
-    assert report["sizes"]["rounds"] == 2
+    # Equal work in every arm (16 completions of exactly 8 tokens), uneven groups only where CoBA allocates; the arms
+    # take turns, the order reversed every cycle, and the time limit stops them after one measured cycle of the three.
+    assert report["sizes"]["rounds"] == 3
     arms = report["speed"]["arms"]
-    assert list(arms) == ["coba", "grpo", "uniform"]
+    assert sorted(arms) == ["coba", "grpo", "uniform"]
     for name, arm in arms.items():
         assert arm["rounds_measured"] == 1 and arm["completion_tokens_per_round"] == 16 * 8, name
+        order = [(r["cycle"], r["position"]) for r in arm["per_round"]]
+        assert order == [(0, "cgu".index(name[0])), (1, "ugc".index(name[0]))], name
         split = arm["generation_s"] + arm["scoring_s"] + arm["training_s"]
         assert arm["round_s"] > 0 and split == pytest.approx(arm["round_s"], rel=1e-6), name
     assert arms["grpo"]["group_size_min"] == arms["uniform"]["group_size_max"] == 4
     assert arms["coba"]["group_size_min"] < 4 < arms["coba"]["group_size_max"]
-    assert set(report["speed"]["ratios_over_grpo"]) == {"round_time", "uniform_round_time"}
+    ratios = report["speed"]["ratios"]
+    assert sorted(ratios) == ["coba/grpo", "coba/uniform", "uniform/grpo"]
+    measured = {name: arm["per_round"][1] for name, arm in arms.items()}  # the pair is the measured cycle's rounds
+    pairs = {"coba/grpo": ("coba", "grpo"), "uniform/grpo": ("uniform", "grpo"), "coba/uniform": ("coba", "uniform")}
+    for name, (top, bottom) in pairs.items():
+        for measure in ("round_s", "generation_s"):
+            expected = measured[top][measure] / measured[bottom][measure]
+            ratio = ratios[name][measure]
+            assert ratio["pairs"] == 1 and ratio["per_pair"] == pytest.approx([expected]), (name, measure)
+            assert ratio["median"] == ratio["low"] == ratio["high"] == pytest.approx(expected), (name, measure)
 
     lora, full = report["lora"], arms["coba"]
     assert lora["passed"] and 0 < lora["trainable_parameters"] < full["trainable_parameters"]
+
+
+def test_the_interval_for_a_median_is_the_widest_order_statistics_that_cover_95_percent():
+    speed = load_benchmark("gpu_check_speed")
+    # P(Binomial(n, 1/2) <= k - 1) on each side: n = 8 allows only [min, max], n = 9 and 10 the second from each end.
+    for n, (low, high), coverage in ((8, (1, 8), 1 - 2 / 256), (9, (2, 8), 1 - 20 / 512), (10, (2, 9), 1 - 22 / 1024)):
+        values = [float(v) for v in range(n, 0, -1)]  # unsorted on purpose
+        interval = speed.median_interval(values)
+        assert (interval["low"], interval["high"], interval["pairs"]) == (low, high, n)
+        assert interval["median"] == (n + 1) / 2 and interval["confidence"] == pytest.approx(coverage)
+    assert speed.median_interval([3.0, 1.0])["confidence"] == pytest.approx(0.5)  # too few pairs: [min, max]
+
+
+def test_ratios_pair_the_rounds_of_one_cycle_and_leave_out_the_warm_up():
+    speed = load_benchmark("gpu_check_speed")
+    orders = [speed.cycle_order(("c", "g", "u"), cycle) for cycle in (0, 1, 2)]
+    assert orders == [("c", "g", "u"), ("u", "g", "c"), ("c", "g", "u")]
+    coba = [{"cycle": c, "round_s": s} for c, s in ((0, 9.0), (1, 2.0), (2, 3.0), (3, 8.0))]
+    grpo = [{"cycle": c, "round_s": s} for c, s in ((0, 1.0), (1, 1.0), (3, 2.0))]  # cycle 2 lost: no pair
+    ratios = speed.paired_ratios({"coba": coba, "grpo": grpo}, measures=("round_s",))
+    assert list(ratios) == ["coba/grpo"]
+    assert ratios["coba/grpo"]["round_s"]["per_pair"] == [2.0, 4.0]
+    assert ratios["coba/grpo"]["round_s"]["median"] == 3.0
 
 
 @pytest.mark.slow
