@@ -88,7 +88,7 @@ def train_first_epoch(arm: str, regime: str, output_dir: str, warm_state, tokeni
     from types import SimpleNamespace
 
     from rollout_savings import arm_trainer
-    from study_budget import ends_a_round
+    from studies.budget import ends_a_round
     from transformers import TrainerCallback
 
     class EpochStop(TrainerCallback):

@@ -66,7 +66,7 @@ def epoch_shares(records: list[dict], prompts_per_epoch: int) -> list[dict]:
 def pilot(operands: list[int], warm_start_steps: int, train_prompts: int, k: int, seed: int) -> dict:
     """One warm start and its training prompts' groups of `k`."""
     import torch
-    from study_run import sampled_pass_rates
+    from studies.task import sampled_pass_rates
 
     from coba_trl.demo.config import DEMO_TRAINING_ARGS, DemoArguments
     from coba_trl.demo.warm_start import warm_started_demo

@@ -11,7 +11,7 @@ without them, side by side, in a regime of the CPU task.
 Each arm trains the regime's warm-started model (`--regime`: `demo`, the CPU demo, or `hard`,
 `recipes/cpu_demo_hard.yaml`; both declared in `coba_trl.demo.config.REGIMES`: the tiny Qwen2, its warm start of 300
 supervised steps, the regime's prompts and DEMO_TRAINING_ARGS: 32 prompts x 8 = 256 rows a round, 2 optimizer steps
-a round) with its arm's settings (study 5's arms, `benchmarks/studies/rollout_savings.py`, and the others below).
+a round) with its arm's settings (study 5's arms, `benchmarks/studies/protocols/rollout_savings.py`, and the others below).
 The warm start runs once; every arm starts from a copy of it, with the same seed. Prints the machine, then per arm:
 optimizer steps, completions generated (every phase, every process: the trainer's `rollouts_generated`), rows
 trained and rows from groups with a spread of rewards (the sums of `coba/rows_trained` and `coba/rows_with_spread`
@@ -48,8 +48,8 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from studies.rollout_savings import ARMS as STUDY_ARMS  # noqa: E402
-from studies.rollout_savings_hard import ARMS as STUDY_6_ARMS  # noqa: E402
+from studies.protocols.rollout_savings import ARMS as STUDY_ARMS  # noqa: E402
+from studies.protocols.rollout_savings_hard import ARMS as STUDY_6_ARMS  # noqa: E402
 
 # Beside study 5's six: study 6's (the allocators with and without refill and skipping, skipping by the chance of
 # a group with spread), then exploratory ones: GRESO's skipping tuned towards 1% of groups without spread (GRESO's
@@ -190,7 +190,7 @@ def arm_trainer(arm: str, options, warm_state: dict, tokenizer, train, callbacks
 
 def train_arm(arm: str, options, warm_state: dict, tokenizer, train) -> dict:
     """One arm from the warm start; its counts and wall time."""
-    from study_budget import GeneratedRolloutBudget
+    from studies.budget import GeneratedRolloutBudget
 
     trainer = arm_trainer(arm, options, warm_state, tokenizer, train)
     if options.stop_at_generated_rollouts:

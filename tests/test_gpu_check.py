@@ -1,5 +1,6 @@
-"""The one-shot GPU check (`benchmarks/gpu_check.py`) on CPU, so that its single run on a GPU finds every path already
-exercised: the smoke mode, FSDP2 over gloo with the recipe's settings, and what a failing or hanging section leaves."""
+"""The one-shot GPU check (`benchmarks/gpu_check/check.py`) on CPU, so that its single run on a GPU finds every path
+already exercised: the smoke mode, FSDP2 over gloo with the recipe's settings, and what a failing or hanging section
+leaves."""
 
 import json
 import os
@@ -17,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def _gpu_check(output_dir: Path, *options: str) -> dict:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
-    command = [sys.executable, str(ROOT / "benchmarks" / "gpu_check.py"), "--device", "cpu"]
+    command = [sys.executable, str(ROOT / "benchmarks" / "gpu_check" / "check.py"), "--device", "cpu"]
     command += ["--output_dir", str(output_dir), *options]
     process = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
     assert process.returncode == 0, process.stdout[-4000:] + process.stderr[-4000:]
@@ -70,7 +71,7 @@ def test_gpu_check_cpu_smoke_runs_the_in_process_sections(tmp_path):
 
 
 def test_the_interval_for_a_median_is_the_widest_order_statistics_that_cover_95_percent():
-    speed = load_benchmark("gpu_check_speed")
+    speed = load_benchmark("gpu_check.speed")
     # P(Binomial(n, 1/2) <= k - 1) on each side: n = 8 allows only [min, max], n = 9 and 10 the second from each end.
     for n, (low, high), coverage in ((8, (1, 8), 1 - 2 / 256), (9, (2, 8), 1 - 20 / 512), (10, (2, 9), 1 - 22 / 1024)):
         values = [float(v) for v in range(n, 0, -1)]  # unsorted on purpose
@@ -81,7 +82,7 @@ def test_the_interval_for_a_median_is_the_widest_order_statistics_that_cover_95_
 
 
 def test_ratios_pair_the_rounds_of_one_cycle_and_leave_out_the_warm_up():
-    speed = load_benchmark("gpu_check_speed")
+    speed = load_benchmark("gpu_check.speed")
     orders = [speed.cycle_order(("c", "g", "u"), cycle) for cycle in (0, 1, 2)]
     assert orders == [("c", "g", "u"), ("u", "g", "c"), ("c", "g", "u")]
     coba = [{"cycle": c, "round_s": s} for c, s in ((0, 9.0), (1, 2.0), (2, 3.0), (3, 8.0))]
@@ -105,7 +106,7 @@ def test_fsdp_section_trains_fsdp2_sharded_over_gloo_with_the_recipe(tmp_path):
 
 
 def test_a_failing_arm_leaves_the_other_arms_and_sections_to_run_and_its_traceback_in_the_log(tmp_path):
-    gpu_check, sections = load_benchmark("gpu_check"), load_benchmark("gpu_check_sections")
+    gpu_check, sections = load_benchmark("gpu_check.check"), load_benchmark("gpu_check.sections")
     report = gpu_check.Report(str(tmp_path / "gpu_check.json"), {})
 
     def coba_arm():
@@ -129,7 +130,7 @@ def test_a_failing_arm_leaves_the_other_arms_and_sections_to_run_and_its_traceba
 
 
 def test_a_section_still_running_writes_where_it_waits(tmp_path):
-    gpu_check = load_benchmark("gpu_check")
+    gpu_check = load_benchmark("gpu_check.check")
     report = gpu_check.Report(str(tmp_path / "gpu_check.json"), {})
 
     def waiting_for_a_collective(put, log_path):
@@ -143,7 +144,7 @@ def test_a_section_still_running_writes_where_it_waits(tmp_path):
 
 
 def test_launch_stops_a_hanging_launch_with_the_processes_it_started_and_keeps_its_output(tmp_path):
-    fsdp = load_benchmark("gpu_check_fsdp")
+    fsdp = load_benchmark("gpu_check.fsdp")
     log = tmp_path / "fsdp.log"
     worker = "import time; time.sleep(600)"
     launcher = (  # like torchrun: a worker in a session of its own, then wait
@@ -160,16 +161,16 @@ def test_launch_stops_a_hanging_launch_with_the_processes_it_started_and_keeps_i
 
 
 def test_cause_names_the_processes_error_not_the_launchers_banner():
-    fsdp = load_benchmark("gpu_check_fsdp")
+    fsdp = load_benchmark("gpu_check.fsdp")
     crash = """\
-[rank0]:   File "benchmarks/gpu_check_fsdp.py", line 119, in fsdp_rounds
+[rank0]:   File "benchmarks/gpu_check/fsdp.py", line 119, in fsdp_rounds
 [rank0]: AttributeError: 'DistributedDataParallel' object has no attribute 'is_gradient_checkpointing'
 E1201 12:16:02.474000 6344 torch/distributed/elastic/multiprocessing/api.py:1002] failed (exitcode: 1) local_rank: 0
 Traceback (most recent call last):
   File "torch/distributed/launcher/api.py", line 383, in launch_agent
 torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
 ============================================================
-benchmarks/gpu_check_fsdp.py FAILED
+benchmarks/gpu_check/fsdp.py FAILED
 ============================================================
 """
     assert fsdp.cause(crash) == (

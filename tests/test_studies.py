@@ -1,9 +1,8 @@
-"""The study declarations of benchmarks/studies/: arms reach the trainer config, study 4's demo regime is the CPU
-demo's configuration, its shuffled arm keeps CoBA's group sizes without their targeting, and the verdict rules."""
+"""The study declarations of benchmarks/studies/protocols/: arms reach the trainer config, study 4's demo regime is
+the CPU demo's configuration, its shuffled arm keeps CoBA's group sizes without their targeting, and the verdict
+rules."""
 
 import dataclasses
-import glob
-import os
 
 import numpy as np
 import pytest
@@ -11,9 +10,8 @@ from scripts.benchmarks import load_benchmark
 
 
 def declarations():
-    folder = os.path.join(os.path.dirname(load_benchmark("studies").__file__))
-    names = sorted(os.path.basename(p)[:-3] for p in glob.glob(os.path.join(folder, "*.py")) if "__" not in p)
-    return [load_benchmark("studies").load_study(name) for name in names]
+    protocols = load_benchmark("studies.protocols")
+    return [protocols.load_study(name) for name in protocols.declared()]
 
 
 def refill_and_skipping_available() -> bool:
@@ -24,7 +22,7 @@ def refill_and_skipping_available() -> bool:
 
 
 def test_every_declaration_compares_its_own_arms_at_temperature_one(tmp_path):
-    study_run = load_benchmark("study_run")
+    study_run = load_benchmark("studies.run")
     studies = declarations()
     assert [s.name for s in studies] == [
         "allocators",
@@ -35,7 +33,9 @@ def test_every_declaration_compares_its_own_arms_at_temperature_one(tmp_path):
         "warm_starts",
     ]
     waiting = (
-        () if refill_and_skipping_available() else load_benchmark("studies.rollout_savings").NEEDS_REFILL_OR_SKIPPING
+        ()
+        if refill_and_skipping_available()
+        else load_benchmark("studies.protocols.rollout_savings").NEEDS_REFILL_OR_SKIPPING
     )
     for study in studies:
         assert {arm for pair in study.comparisons for arm in pair} <= set(study.arms)
@@ -54,11 +54,11 @@ def test_every_declaration_compares_its_own_arms_at_temperature_one(tmp_path):
 
 
 def test_arm_settings_reach_the_trainer_config(tmp_path):
-    study_run = load_benchmark("study_run")
-    phases = load_benchmark("studies").load_study("phases")
+    study_run = load_benchmark("studies.run")
+    phases = load_benchmark("studies.protocols").load_study("phases")
     args = study_run.training_args(phases.protocol, phases.arms, "coba_rescue", 0, str(tmp_path))
     assert args.two_phase_rounds and args.zero_variance_groups == "rescue" and args.budget_allocator == "coba"
-    study4 = load_benchmark("studies").load_study("warm_starts")
+    study4 = load_benchmark("studies.protocols").load_study("warm_starts")
     assert study_run.training_args(study4.protocol, study4.arms, "coba_prompt", 0, str(tmp_path)).group_weighting == (
         "prompt"
     )
@@ -71,8 +71,8 @@ def test_study_4_demo_regime_is_the_cpu_demo_configuration(tmp_path):
     from coba_trl.demo.config import DEMO_TRAINING_ARGS, DemoArguments
     from coba_trl.demo.run import WARM_START_PROBLEMS
 
-    study_run = load_benchmark("study_run")
-    study = load_benchmark("studies").load_study("warm_starts")
+    study_run = load_benchmark("studies.run")
+    study = load_benchmark("studies.protocols").load_study("warm_starts")
     protocol = {**study.protocol, **study.regimes["demo"]}
     demo = DemoArguments()
     assert (protocol["hidden_size"], protocol["num_layers"]) == (demo.demo_hidden_size, demo.demo_num_layers)
@@ -102,7 +102,7 @@ def test_study_4_demo_regime_is_the_cpu_demo_configuration(tmp_path):
 def test_shuffled_arm_hands_cobas_sizes_to_a_seeded_permutation_of_the_prompts():
     from coba_trl import CoBAConfig
 
-    arms = load_benchmark("study_arms")
+    arms = load_benchmark("studies.arms")
     args = CoBAConfig(output_dir="unused", budget_allocator="coba", num_generations=8, use_cpu=True)
     rates = np.linspace(0.05, 0.95, 32)
     reference = args.build_allocator()
@@ -122,7 +122,7 @@ def test_shuffled_arm_hands_cobas_sizes_to_a_seeded_permutation_of_the_prompts()
 
 
 def test_interval_verdicts_follow_the_pre_registered_words():
-    analysis = load_benchmark("study_analysis")
+    analysis = load_benchmark("studies.analysis")
     assert analysis.t_quantile(0.975, 5) == pytest.approx(2.5706, abs=1e-4)
     mean, low, high = analysis.interval([0.01, 0.03, 0.02, 0.04, 0.02, 0.03])
     assert mean == pytest.approx(0.025) and low > 0 and analysis.interval_verdict(low, high, 0.02) == "ahead"
@@ -134,7 +134,7 @@ def test_interval_verdicts_follow_the_pre_registered_words():
 
 def test_future_studies_take_the_warm_start_as_the_unit_and_studies_3_and_4_keep_their_pre_registered_one():
     studies = {study.name: study for study in declarations()}
-    assert load_benchmark("studies").Study.__dataclass_fields__["unit"].default == "warm_start"
+    assert load_benchmark("studies.declaration").Study.__dataclass_fields__["unit"].default == "warm_start"
     assert studies["warm_starts"].unit == studies["phases"].unit == "run"
     assert [studies[name].label for name in ("allocators", "regime", "phases", "warm_starts", "rollout_savings")] == [
         "Study 1",
@@ -147,10 +147,18 @@ def test_future_studies_take_the_warm_start_as_the_unit_and_studies_3_and_4_keep
 
 
 def test_studies_1_and_2_keep_their_sign_rule():
-    tables = load_benchmark("study_report_tables")
+    tables = load_benchmark("studies.report.tables")
     verdict, shown_epochs = tables.verdict, tables.shown_epochs
     assert verdict(np.array([0.02, 0.01, 0.03, -0.01, 0.02])) == "beats"
     assert verdict(np.array([0.05, 0.04, -0.01, -0.01, 0.02])) == "no difference shown against"
     assert verdict(np.array([-0.02, -0.01, -0.03])) == "loses to"
     assert verdict(np.array([0.02, 0.01, -0.001])) == "no difference shown against"
     assert shown_epochs(5) == [2, 3, 4, 5] and shown_epochs(20) == [2, 3, 4, 5, 6, 10, 14, 18, 20]
+
+
+def test_an_unknown_study_is_named_with_the_declared_ones(capsys):
+    with pytest.raises(SystemExit):
+        load_benchmark("studies.runner").main(["warm_start", "--report_only"])
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "study warm_start: no declaration benchmarks/studies/protocols/warm_start.py" in error
+    assert "rollout_savings_hard, warm_starts" in error

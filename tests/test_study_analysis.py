@@ -1,4 +1,4 @@
-"""The default analysis of a study (`benchmarks/study_analysis.py`): warm starts as units, 95% t-intervals with
+"""The default analysis of a study (`benchmarks/studies/analysis.py`): warm starts as units, 95% t-intervals with
 n_warm_starts - 1 degrees of freedom, p-values, Holm's correction and the verdict words, on numbers a reader can
 check by hand (Student's t with 2 degrees of freedom: P(|T| <= t) = t / sqrt(2 + t^2))."""
 
@@ -24,7 +24,7 @@ def two_sided(t: float) -> float:
 
 def known_case():
     """Four arms against a baseline on three warm starts x two RL seeds, analysed as the report does."""
-    intervals, analysis = load_benchmark("study_report_intervals"), load_benchmark("study_analysis")
+    intervals, analysis = load_benchmark("studies.report.intervals"), load_benchmark("studies.analysis")
     runs = {"base": {unit: {"final_accuracy": 0.5} for unit in DIFFERENCES["a"]}}
     for arm, differences in DIFFERENCES.items():
         runs[arm] = {unit: {"final_accuracy": 0.5 + d} for unit, d in differences.items()}
@@ -45,14 +45,14 @@ def test_warm_starts_are_the_units_and_their_intervals_use_two_degrees_of_freedo
     assert (b.test.low, b.test.high) == pytest.approx((0.005 - half / 2, 0.005 + half / 2))  # sd 0.005
     assert (c.test.low, c.test.high) == pytest.approx((-half / 5, half / 5))  # sd 0.002
     assert (d.test.low, d.test.high) == pytest.approx((-0.01 - half / 5, -0.01 + half / 5))  # inside +-0.02
-    runs_as_units = load_benchmark("study_report_intervals").unit_differences(
+    runs_as_units = load_benchmark("studies.report.intervals").unit_differences(
         runs, "a", "base", "final_accuracy", "run"
     )
     assert len(runs_as_units[0]) == 6  # the pre-registered analysis of studies 3 and 4 counts every run
 
 
 def test_p_values_holm_order_and_verdicts_of_the_known_case():
-    analysis = load_benchmark("study_analysis")
+    analysis = load_benchmark("studies.analysis")
     _, (a, b, c, d) = known_case()
     # t = mean / (sd / sqrt(3)): a -3 sqrt(3), b sqrt(3), c 0, d -5 sqrt(3).
     assert a.test.p_difference == pytest.approx(two_sided(3 * math.sqrt(3)))  # 0.0351
@@ -83,7 +83,7 @@ def test_p_values_holm_order_and_verdicts_of_the_known_case():
 
 
 def test_the_report_table_shows_both_verdicts_and_the_adjusted_p_values():
-    intervals = load_benchmark("study_report_intervals")
+    intervals = load_benchmark("studies.report.intervals")
     _, cells = known_case()
     table = intervals.warm_start_lines(cells)
     assert table[0].endswith("| p (Holm) | p equivalence | verdict | verdict after Holm |")
@@ -99,7 +99,7 @@ def test_the_report_table_shows_both_verdicts_and_the_adjusted_p_values():
 
 
 def test_t_distribution_matches_its_closed_forms():
-    analysis = load_benchmark("study_analysis")
+    analysis = load_benchmark("studies.analysis")
     assert analysis.t_quantile(0.975, 2) == pytest.approx(T_2, abs=1e-9)
     assert analysis.t_quantile(0.975, 5) == pytest.approx(2.5706, abs=1e-4)
     assert analysis.t_upper_tail(1.0, 1) == pytest.approx(0.25)  # Cauchy: atan(1) = pi / 4

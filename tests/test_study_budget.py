@@ -1,4 +1,4 @@
-"""Study 5's stopping rule at equal generated rollouts (benchmarks/study_budget.py) and its declaration, without a
+"""Study 5's stopping rule at equal generated rollouts (benchmarks/studies/budget.py) and its declaration, without a
 model: the callback is driven with plain objects standing in for the trainer's arguments, state and control."""
 
 import dataclasses
@@ -31,7 +31,7 @@ def drive(callback, args, generated_by_step: dict[int, int], max_steps: int) -> 
 
 
 def test_the_budget_stops_a_run_only_at_the_end_of_the_round_that_reaches_it():
-    budget = load_benchmark("study_budget")
+    budget = load_benchmark("studies.budget")
     args = round_args()  # a round every 2 optimizer steps; its completions are counted at its first step
     callback = budget.GeneratedRolloutBudget(1000, lambda: 0)
     # Rounds of 300, 400 and 350 generated completions: the third reaches 1050 >= 1000 at step 5.
@@ -41,21 +41,21 @@ def test_the_budget_stops_a_run_only_at_the_end_of_the_round_that_reaches_it():
 
 
 def test_a_run_that_never_reaches_the_budget_runs_its_schedule_and_says_so():
-    budget = load_benchmark("study_budget")
+    budget = load_benchmark("studies.budget")
     callback = budget.GeneratedRolloutBudget(10_000, lambda: 0)
     assert drive(callback, round_args(), {1: 256, 3: 512}, max_steps=4) == 4 and callback.stopped_at is None
 
 
 def test_round_ends_follow_gradient_accumulation_and_iterations():
-    budget = load_benchmark("study_budget")
+    budget = load_benchmark("studies.budget")
     assert [budget.ends_a_round(round_args(4, 2), step) for step in (1, 2, 3, 4)] == [False, True, False, True]
     assert [budget.ends_a_round(round_args(2, 1, 2), step) for step in (1, 2, 3, 4)] == [False, False, False, True]
     assert budget.rounds_behind(round_args(), 100) == 50 and budget.rounds_behind(round_args(), 99) == 50
 
 
 def test_the_budget_named_by_an_arm_is_that_arms_schedule(tmp_path):
-    budget, study_run = load_benchmark("study_budget"), load_benchmark("study_run")
-    study = load_benchmark("studies").load_study("rollout_savings")
+    budget, study_run = load_benchmark("studies.budget"), load_benchmark("studies.run")
+    study = load_benchmark("studies.protocols").load_study("rollout_savings")
     protocol = {**study.protocol, **study.regimes["demo"]}
 
     def arm_args(arm):
@@ -73,8 +73,8 @@ def test_the_budget_named_by_an_arm_is_that_arms_schedule(tmp_path):
 
 
 def test_study_5_is_study_4s_demo_regime_with_more_warm_starts_and_the_budget_rule():
-    studies = load_benchmark("studies")
-    study, study4 = studies.load_study("rollout_savings"), studies.load_study("warm_starts")
+    studies, protocols = load_benchmark("studies.declaration"), load_benchmark("studies.protocols")
+    study, study4 = protocols.load_study("rollout_savings"), protocols.load_study("warm_starts")
     ours = {**study.protocol, **study.regimes["demo"]}
     theirs = {**study4.protocol, **study4.regimes["demo"]}
     changed = {key for key in ours.keys() | theirs.keys() if ours.get(key) != theirs.get(key)}
@@ -90,8 +90,8 @@ def test_study_5_is_study_4s_demo_regime_with_more_warm_starts_and_the_budget_ru
 def test_study_6_is_study_5_on_the_hard_regime_with_one_rl_seed_and_the_benchmarks_arms(tmp_path):
     from coba_trl.demo.config import regime_arguments
 
-    studies = load_benchmark("studies")
-    study, study5 = studies.load_study("rollout_savings_hard"), studies.load_study("rollout_savings")
+    studies, protocols = load_benchmark("studies.declaration"), load_benchmark("studies.protocols")
+    study, study5 = protocols.load_study("rollout_savings_hard"), protocols.load_study("rollout_savings")
     ours, theirs = {**study.protocol, **study.regimes["hard"]}, {**study5.protocol, **study5.regimes["demo"]}
     changed = {key for key in ours.keys() | theirs.keys() if ours.get(key) != theirs.get(key)}
     assert changed == {"description", "operands", "num_train_prompts", "seeds"}
@@ -101,12 +101,12 @@ def test_study_6_is_study_5_on_the_hard_regime_with_one_rl_seed_and_the_benchmar
     assert len(study.comparisons) == 17 and study.unit == "warm_start"
     bench = load_benchmark("rollout_savings")
     assert all(bench.ARMS[arm] == settings for arm, settings in study.arms.items())  # the benchmark's arms
-    study_run = load_benchmark("study_run")
+    study_run, task = load_benchmark("studies.run"), load_benchmark("studies.task")
     args = {arm: study_run.training_args(ours, study.arms, arm, 0, str(tmp_path)) for arm in study.arms}
     assert (
         args["knapsack_spread"].skip_rule == "spread_chance" and args["dapo_spread"].zero_variance_groups == "refill"
     )
-    train = study_run.problem_sets(ours)[0]
+    train = task.problem_sets(ours)[0]
     assert len(train) == 128 and {len(p.question.split("+")) for p in train} == {2, 20, 24, 28, 32}
 
 
@@ -116,8 +116,8 @@ def test_study_5_arms_reach_the_trainer_config(tmp_path):
     fields = {field.name for field in dataclasses.fields(CoBAConfig)}
     if not {"skip_settled_prompts", "max_refill_phases"} <= fields:
         pytest.skip("the trainer has no refill or prompt skipping yet")
-    study_run = load_benchmark("study_run")
-    study = load_benchmark("studies").load_study("rollout_savings")
+    study_run = load_benchmark("studies.run")
+    study = load_benchmark("studies.protocols").load_study("rollout_savings")
     protocol = {**study.protocol, **study.regimes["demo"]}
     args = {arm: study_run.training_args(protocol, study.arms, arm, 0, str(tmp_path)) for arm in study.arms}
     assert args["dapo"].zero_variance_groups == "refill" and not args["dapo"].skip_settled_prompts
@@ -128,7 +128,7 @@ def test_study_5_arms_reach_the_trainer_config(tmp_path):
 
 
 def test_compact_records_keep_the_refill_and_skipping_counts_where_logged():
-    records = load_benchmark("study_records")
+    records = load_benchmark("studies.records")
     log = {"budget/mean": 8.0, "coba/rollouts_generated": 512, "coba/rows_with_spread": 200, "coba/refill_phases": 1}
     rounds = [[2, ["a", "b"], [8, 8], [None, 0.5], [None, 0.5]]]
     (record,) = records.compact_rounds([log], rounds, [[2, [0.1, 0.1]]])
@@ -142,7 +142,7 @@ def test_the_rollout_savings_benchmark_lists_study_5s_arms_and_checks_them_befor
     bench = load_benchmark("rollout_savings")
     assert bench.main(["--list-arms"]) == 0
     listed = [line.split(":")[0] for line in capsys.readouterr().out.splitlines()]
-    assert listed == [*load_benchmark("studies").load_study("rollout_savings").arms, *bench.EXTRA_ARMS]
+    assert listed == [*load_benchmark("studies.protocols").load_study("rollout_savings").arms, *bench.EXTRA_ARMS]
     for arm in ("grpo", "dapo", "greso", "knapsack", "knapsack_skip", "coba", "coba_skip", "coba_pilot"):
         assert arm in listed
     landed = "skip_settled_prompts" in {field.name for field in dataclasses.fields(CoBAConfig)}
@@ -162,7 +162,7 @@ def test_the_rollout_savings_benchmark_lists_study_5s_arms_and_checks_them_befor
 
 
 def test_rollouts_to_reach_grpos_final_accuracy_read_the_generated_count_at_the_first_evaluation_past_it():
-    spending = load_benchmark("study_report_spending")
+    spending = load_benchmark("studies.report.spending")
     # Stopped by the budget at step 6, between evaluations (every 4 steps): its final accuracy counts as one.
     run = {
         "arm": "dapo",

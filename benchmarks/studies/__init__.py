@@ -1,61 +1,11 @@
-"""Study declarations: one file per pre-registered study, each defining `STUDY`, a `Study`.
+"""The studies: pre-registered comparisons of allocators on the CPU task, one declaration each in `protocols/`.
 
-    python benchmarks/study_runner.py <name>                 # run the study declared in studies/<name>.py
-    python benchmarks/study_runner.py <name> --report_only   # regenerate its docs/results.md section and plots
+    python benchmarks/studies/runner.py <name>                 # warm starts, every arm x unit, then its page
+    python benchmarks/studies/runner.py <name> --report_only   # regenerate docs/studies/<name>.md from the raw runs
 
-A declaration fixes the protocol (sizes, schedule, units), the arms, the pre-registered comparisons and the analysis
-whose verdict words the report uses; `study_runner.py` runs any declaration and `study_report.py` renders any
-declaration's raw results. A new study adds only its declaration here.
+`declaration.py` says what a study declares. `runner.py` schedules a study's units: `warm_start.py` prepares a unit's
+starting point and `run.py` runs one arm from it (with the problems of `task.py`, the study-only arms of `arms.py`,
+the stopping rule of `budget.py` and the records of `records.py`), each raw file where `paths.py` says, with the
+machine and commit of `provenance.py`. `analysis.py` holds the statistics and verdict words, and `report/` writes a
+study's page from its raw runs.
 """
-
-from __future__ import annotations
-
-import importlib
-import itertools
-from dataclasses import dataclass, field
-
-
-@dataclass(frozen=True)
-class Study:
-    """One pre-registered comparison.
-
-    Units: each pair (warm-start seed, RL seed). A protocol with `warm_start_seeds` crosses them with `seeds`; one
-    without uses its single `warm_start_seed` (studies 1 and 2, whose raw files keep their `<arm>_seed<k>.json` names).
-    `regimes` name protocol overrides run side by side (each its own warm starts and subfolder); `{"": {}}` is one.
-    `analysis` picks the report's comparison rule: `"seeds"` (studies 1 and 2: sign of the per-seed differences) or
-    `"intervals"` (95% t-intervals, verdicts ahead / behind / equivalent / not detected, `study_analysis.py`).
-    `unit` is what an `"intervals"` analysis counts: `"warm_start"` (the default: each warm start's difference is the
-    mean over its RL seeds, t with n_warm_starts - 1 df, Holm-adjusted verdicts beside the raw ones) or `"run"`
-    (each (warm-start seed, RL seed) pair, as studies 3 and 4 were pre-registered; their report adds the warm-start
-    re-analysis after the pre-registered one).
-    """
-
-    name: str  # the declaration's file name in benchmarks/studies/
-    title: str
-    label: str  # the prefix of the report's headings in docs/results.md, e.g. "Study 4"
-    protocol: dict
-    arms: dict[str, dict]
-    quick: dict  # the smoke test's overrides (CI)
-    marker: str  # docs/results.md keeps the generated part between <!-- marker:begin --> and <!-- marker:end -->
-    plot_prefix: str  # docs/<plot_prefix>_<plot>.png
-    output_dir: str  # raw results (per-run JSON); checkpoints too unless `scratch_dir` is set
-    comparisons: tuple[tuple[str, str], ...]  # (arm, baseline) pairs the analysis reports, in order
-    analysis: str = "seeds"
-    unit: str = "warm_start"  # "warm_start" or "run" (an "intervals" analysis)
-    regimes: dict[str, dict] = field(default_factory=lambda: {"": {}})
-    report_extras: tuple[
-        str, ...
-    ] = ()  # `"intervals"` studies: "wall_time", "phases" (study 3), "spending", "reach" (5)
-    record: str = "full"  # "compact": evaluations and per-round summaries only (small JSON meant to be committed)
-    scratch_dir: str | None = None  # warm-start checkpoints and trainer folders, when not under `output_dir`
-
-
-def units(protocol: dict) -> list[tuple[int, int]]:
-    """(warm-start seed, RL seed) of every unit, RL seed outermost: a study cut short keeps every warm start."""
-    warm_seeds = protocol["warm_start_seeds"] if "warm_start_seeds" in protocol else [protocol["warm_start_seed"]]
-    return [(warm_seed, seed) for seed, warm_seed in itertools.product(protocol["seeds"], warm_seeds)]
-
-
-def load_study(name: str) -> Study:
-    """The `STUDY` declared in `benchmarks/studies/<name>.py`."""
-    return importlib.import_module(f"studies.{name}").STUDY

@@ -1,6 +1,6 @@
 """Study 4: CoBA, its weighting and its targeting against GRPO and Knapsack-RL over warm starts, in two F_t regimes.
 
-Pre-registered in docs/results.md ("Study 4: protocol"); this file is that protocol in code. Its units are
+Pre-registered in docs/studies/warm_starts.md ("Study 4: protocol"); this file is that protocol in code. Its units are
 (warm-start seed, RL seed) pairs (`unit="run"`): the warm-start seed sets the tiny model's initialisation and the
 order of its supervised batches, the RL seed the RL run's sampling; the report adds the re-analysis with warm starts
 as units and Holm's correction. Regime `demo` is the CPU demo's configuration exactly
@@ -9,7 +9,7 @@ demo's single run is unit (0, 0) of that regime; regime `longer_warm_start` is t
 instead of 300, a stronger start whose F_t while allocating the pilot put below 0.5 (the demo's above it).
 """
 
-from studies import Study
+from studies.declaration import Study
 
 PROTOCOL: dict = {
     "description": "the CPU demo's configuration (300 warm-start steps; F_t while allocating above 0.5 in the pilot)",
@@ -61,7 +61,7 @@ ARMS: dict[str, dict] = {
     "knapsack": {"budget_allocator": "knapsack"},
     "coba": {"budget_allocator": "coba", "group_weighting": "row"},  # the released defaults
     "coba_prompt": {"budget_allocator": "coba", "group_weighting": "prompt"},
-    # CoBA's group sizes of each round, handed to a random permutation of the round's prompts (study_arms.py).
+    # CoBA's group sizes of each round, handed to a random permutation of the round's prompts (studies/arms.py).
     "coba_shuffled": {"budget_allocator": "coba", "group_weighting": "row", "shuffled_group_sizes": True},
 }
 

@@ -1,9 +1,10 @@
-"""Run any study declared in `benchmarks/studies/` (docs/results.md): warm starts, every arm x unit, then the report.
+"""Run any study declared in `benchmarks/studies/protocols/` (docs/results.md): warm starts, every arm x unit, then
+its page docs/studies/<name>.md.
 
-    python benchmarks/study_runner.py warm_starts                 # warm starts, every arm x unit, then docs
-    python benchmarks/study_runner.py warm_starts --report_only   # regenerate the study's docs section and plots
-    python benchmarks/study_runner.py warm_starts --quick         # smoke run (CI): tiny sizes, a few steps, no docs
-    python benchmarks/study_runner.py warm_starts --pilot --arms coba --seeds 0   # F_t and timing only
+    python benchmarks/studies/runner.py warm_starts                 # warm starts, every arm x unit, then its page
+    python benchmarks/studies/runner.py warm_starts --report_only   # regenerate the study's page and plots
+    python benchmarks/studies/runner.py warm_starts --quick         # smoke run (CI): tiny sizes, a few steps, no docs
+    python benchmarks/studies/runner.py warm_starts --pilot --arms coba --seeds 0   # F_t and timing only
 
 A unit is a (warm-start seed, RL seed) pair: every arm of a unit starts from the same checkpoint, sees the same
 prompts in the same order and spends the same rollouts per round (unless its declaration says otherwise). Runs go
@@ -28,18 +29,16 @@ import sys  # noqa: E402
 import time  # noqa: E402
 from concurrent.futures import ProcessPoolExecutor, as_completed  # noqa: E402
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+if __name__ == "__main__":  # run as a script: the benchmarks folder, where `studies` is a package, on the path
+    sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-from studies import Study, load_study, units  # noqa: E402
-from study_run import (  # noqa: E402
-    machine_record,
-    pilot_path,
-    prepare_warm_start,
-    provenance,
-    run_arm,
-    run_path,
-    warm_start_dir,
-)
+from studies.declaration import Study, units  # noqa: E402
+from studies.paths import pilot_path, run_path, warm_start_dir  # noqa: E402
+from studies.protocols import load_study  # noqa: E402
+from studies.provenance import machine_record, provenance  # noqa: E402
+from studies.report.pages import PAGES, write_report  # noqa: E402
+from studies.run import run_arm  # noqa: E402
+from studies.warm_start import prepare_warm_start  # noqa: E402
 
 
 def regime_protocols(study: Study, options) -> dict[str, dict]:
@@ -139,7 +138,7 @@ def _map(function, items: list, workers: int, start: float) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("study", help="A declaration in benchmarks/studies/, e.g. warm_starts.")
+    parser.add_argument("study", help="A declaration in benchmarks/studies/protocols/, e.g. warm_starts.")
     parser.add_argument("--quick", action="store_true", help="Tiny sizes and a few steps (smoke test, no docs).")
     parser.add_argument("--output_dir", default=None, help="Raw results folder (default: the declaration's).")
     parser.add_argument("--arms", nargs="+", default=None, help="Only these arms (default: all).")
@@ -152,10 +151,13 @@ def main(argv: list[str] | None = None) -> None:
         "--pilot", action="store_true", help="Keep only timing and training series (F_t), no accuracy."
     )
     parser.add_argument("--workers", type=int, default=2, help="Runs in parallel (one CPU thread each).")
-    parser.add_argument("--report_only", action="store_true", help="Only render the raw JSON into docs/.")
-    parser.add_argument("--docs_dir", default="docs", help="Where the report writes results.md's section and plots.")
+    parser.add_argument("--report_only", action="store_true", help="Only render the raw JSON into the study's page.")
+    parser.add_argument("--docs_dir", default=PAGES, help="Where the report writes the study's page and plots.")
     options = parser.parse_args(argv)
-    study = load_study(options.study)
+    try:
+        study = load_study(options.study)
+    except ValueError as error:
+        parser.error(str(error))
     arms = options.arms or list(study.arms)
     unknown = sorted(set(arms) - set(study.arms))
     if unknown:
@@ -186,8 +188,6 @@ def main(argv: list[str] | None = None) -> None:
             with open(os.path.join(output_dir, "wall_time.json"), "w") as handle:
                 json.dump({"wall_time_s": round(seconds, 1), "load_average": load}, handle)
     if (not options.quick and not options.pilot) or options.report_only:
-        from study_report import write_report
-
         for path in write_report(study, output_dir, options.docs_dir):
             print(path)
 

@@ -1,4 +1,4 @@
-"""The trainers of the GPU check (`gpu_check.py`): model sizes, synthetic prompts and rewards, an instrumented
+"""The trainers of the GPU check (`check.py`): model sizes, synthetic prompts and rewards, an instrumented
 GRPOTrainer or CoBAGRPOTrainer, and `run_arm`, which trains one arm and returns its times, tokens and memory.
 
 The rewards are synthetic: a completion succeeds with its prompt's `pass_rate`, drawn from a hash of its token ids,

@@ -1,4 +1,4 @@
-"""The GPU check's speed section (`gpu_check.py`): the arms interleaved round by round, each ratio the median of paired
+"""The GPU check's speed section (`check.py`): the arms interleaved round by round, each ratio the median of paired
 per-round ratios with a distribution-free 95% interval.
 
 The three arms' trainers are built once and stay resident (`gpu_check_turns`); each cycle trains one round of every
@@ -16,9 +16,10 @@ import time
 
 import numpy as np
 import torch
-from gpu_check_sections import Parts, Put
-from gpu_check_trainers import Sizes, make_trainer
-from gpu_check_turns import Resident
+
+from gpu_check.sections import Parts, Put
+from gpu_check.trainers import Sizes, make_trainer
+from gpu_check.turns import Resident
 
 ARMS = ("coba", "grpo", "uniform")
 PAIRS = {"coba/grpo": ("coba", "grpo"), "uniform/grpo": ("uniform", "grpo"), "coba/uniform": ("coba", "uniform")}

@@ -1,9 +1,9 @@
 """What each `generate` call receives in the GPU check's speed arms (`coba`, `grpo`, `uniform`), side by side.
 
-    python benchmarks/generation_rows.py                  # the cpu-speed sizes: 16 prompts x 8 completions of 32 tokens
-    python benchmarks/generation_rows.py --device cuda --sizes qwen2.5-0.5b
+    python benchmarks/gpu_check/generation_rows.py                  # the cpu-speed sizes: 16 prompts x 8 completions of 32 tokens
+    python benchmarks/gpu_check/generation_rows.py --device cuda --sizes qwen2.5-0.5b
 
-Trains two rounds of every arm on the check's own trainers (`gpu_check_trainers.make_trainer`) and records, for every
+Trains two rounds of every arm on the check's own trainers (`trainers.make_trainer`) and records, for every
 call of the model's `generate`: the rows and their length, the padding, the distinct prompts and how their rows are
 laid out (runs of one prompt), the sampling settings, the model's state (train mode, gradient checkpointing, cache,
 dtype, attention, grad mode), and what the decoding steps fed the model (steps and their input shapes). It prints
@@ -15,14 +15,19 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import tempfile
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+if __name__ == "__main__":  # run as a script: the benchmarks folder, where `gpu_check` is a package, on the path
+    sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
 import torch  # noqa: E402
-from gpu_check_speed import ARMS  # noqa: E402
-from gpu_check_trainers import CPU_SMOKE, CPU_SPEED, QWEN25_05B, make_trainer  # noqa: E402
+
+from gpu_check.speed import ARMS  # noqa: E402
+from gpu_check.trainers import CPU_SMOKE, CPU_SPEED, QWEN25_05B, make_trainer  # noqa: E402
 
 SIZES = {"cpu-speed": CPU_SPEED, "cpu-smoke": CPU_SMOKE, "qwen2.5-0.5b": QWEN25_05B}
 

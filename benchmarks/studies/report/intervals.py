@@ -3,7 +3,7 @@
 Every arm of a (warm-start seed, RL seed) pair starts from the same checkpoint and sees the same prompts in the same
 order. For each comparison the study declares and each co-primary metric (final held-out greedy accuracy, held-out
 avg@16 at temperature 1.0) the report gives the per-unit differences, their mean, the 95% t-interval over the units,
-and the verdict words of `study_analysis.py`.
+and the verdict words of `studies/analysis.py`.
 
 - `Study.unit == "warm_start"` (the default): a warm start's difference is the mean over its RL seeds; the table
   has the p-values, the Holm adjustment of the p-value of a difference across every comparison of the study (all
@@ -19,9 +19,10 @@ import json
 import os
 
 import numpy as np
-from study_analysis import LEVEL, Cell, interval_verdict, paired_test, with_holm
-from study_report_plots import COLORS, plt, save_figure
-from study_report_timing import extra_lines
+
+from studies.analysis import LEVEL, Cell, interval_verdict, paired_test, with_holm
+from studies.report.extras import extra_lines
+from studies.report.plots import COLORS, plt, save_figure
 
 METRICS = {"final_accuracy": "final held-out greedy accuracy", "heldout_sampled_accuracy": "held-out avg@16"}
 
@@ -264,7 +265,7 @@ def holm_lines(cells: list[Cell], runs_as_units: list[Cell] | None = None) -> li
         "0.05, else equivalent when p equivalence is, else not detected. *After Holm*: p of a difference adjusted by "
         f"Holm's correction across all {len(cells)} cells below (every regime, comparison and metric), ahead / behind "
         "when the adjusted p is below 0.05; equivalence is the pre-registered rule, not adjusted "
-        "(`benchmarks/study_analysis.py`). Intervals are rounded once, to 3 decimals, from the full values; p-values "
+        "(`benchmarks/studies/analysis.py`). Intervals are rounded once, to 3 decimals, from the full values; p-values "
         "to 3 significant digits.",
     ]
     if runs_as_units is not None:

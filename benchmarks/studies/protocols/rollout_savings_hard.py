@@ -1,10 +1,10 @@
 """Study 6: rollouts saved where most groups teach nothing, at an equal number of generated rollouts.
 
-Pre-registered in docs/results.md ("Study 6: protocol"); this file is that protocol in code. The regime is the CPU
+Pre-registered in docs/studies/rollout_savings_hard.md ("Study 6: protocol"); this file is that protocol in code. The regime is the CPU
 task's `hard` regime (`recipes/cpu_demo_hard.yaml`, `coba_trl.demo.config.REGIMES["hard"]`: sums of 2, 20, 24, 28 or
 32 digits, 128 training prompts, the demo's warm start of 300 steps and its RL schedule), where more than half of
 GRPO's first-epoch groups of 8 have no spread. Every arm stops at the end of the first round whose completions
-generated so far reach what `grpo` generates in the whole schedule, 50 rounds x 256 = 12,800 (`study_budget.py`).
+generated so far reach what `grpo` generates in the whole schedule, 50 rounds x 256 = 12,800 (`studies/budget.py`).
 Units: warm starts (5, one RL seed each; the warm start is the unit, Holm across every reported cell).
 
 The arms are those of `benchmarks/rollout_savings.py`'s regime comparison (`ARMS` here; the benchmark runs them and
@@ -12,10 +12,10 @@ its exploratory extras): GRPO and DAPO, GRESO's skipping, the allocators with an
 with a pilot phase, and skipping by the chance of a group with spread (`skip_rule="spread_chance"`).
 """
 
-from studies import Study
-from studies.rollout_savings import ARMS as STUDY_5_ARMS
-from studies.rollout_savings import PROTOCOL as STUDY_5_PROTOCOL
-from studies.rollout_savings import STUDY as STUDY_5
+from studies.declaration import Study
+from studies.protocols.rollout_savings import ARMS as STUDY_5_ARMS
+from studies.protocols.rollout_savings import PROTOCOL as STUDY_5_PROTOCOL
+from studies.protocols.rollout_savings import STUDY as STUDY_5
 
 PROTOCOL: dict = {
     **STUDY_5_PROTOCOL,  # the demo's model, warm start and RL schedule, the budget rule, the margin

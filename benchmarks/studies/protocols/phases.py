@@ -1,14 +1,14 @@
 """Study 3: two-phase rounds and zero-variance groups at an equal rollout budget, in study 2's regime.
 
-This file is the protocol of study 3 as it runs now (docs/results.md, "Study 3 rerun: protocol"): study 3's
+This file is the protocol of study 3 as it runs now (docs/studies/phases.md, "Study 3 rerun: protocol"): study 3's
 regime, arms and comparisons, on pinned CPU numerics, with (warm-start seed, RL seed) units and study 4's 95%
 t-interval verdicts (`unit="run"`; the report adds the re-analysis with warm starts as units and Holm's
 correction). The first run of study 3 (one warm start, RL seeds as units, the sign rule, unpinned numerics
-on another machine) is kept in docs/results.md as a record; its raw runs were not kept.
+on another machine) is kept in docs/studies/phases.md as a record; its raw runs were not kept.
 """
 
-from studies import Study
-from studies.allocators import ARMS, PROTOCOL, QUICK
+from studies.declaration import Study
+from studies.protocols.allocators import ARMS, PROTOCOL, QUICK
 
 # Study 2's regime (F_t falls through 0.5), unchanged from study 3's first run.
 PHASES_PROTOCOL: dict = {

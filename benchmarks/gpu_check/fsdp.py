@@ -1,6 +1,6 @@
-"""The FSDP section of the GPU check (`gpu_check.py`): two CoBA rounds launched under the FSDP2 recipe.
+"""The FSDP section of the GPU check (`check.py`): two CoBA rounds launched under the FSDP2 recipe.
 
-    accelerate launch --config_file recipes/accelerate/fsdp_8gpu.yaml --num_processes N benchmarks/gpu_check_fsdp.py \
+    accelerate launch --config_file recipes/accelerate/fsdp_8gpu.yaml --num_processes N benchmarks/gpu_check/fsdp.py \
         --device cuda --output OUT/fsdp.json                      # what `check_fsdp` runs (N: 1 on CUDA, 2 on CPU)
 
 The launched processes build the model on the CPU (as the recipe's `fsdp_cpu_ram_efficient_loading` expects) and
@@ -34,9 +34,13 @@ import torch
 from accelerate import Accelerator, FullyShardedDataParallelPlugin
 from accelerate.state import PartialState
 from accelerate.utils import DistributedType
-from gpu_check_trainers import CPU_SMOKE, QWEN25_05B, plain, run_arm
 
-RECIPE = Path(__file__).resolve().parents[1] / "recipes" / "accelerate" / "fsdp_8gpu.yaml"
+if __name__ == "__main__":  # run as a script: the benchmarks folder, where `gpu_check` is a package, on the path
+    sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+from gpu_check.trainers import CPU_SMOKE, QWEN25_05B, plain, run_arm  # noqa: E402
+
+RECIPE = Path(__file__).resolve().parents[2] / "recipes" / "accelerate" / "fsdp_8gpu.yaml"
 EXCEPTION_LINE = re.compile(r"^(?:\[rank\d+\]:\s*)?((?:[\w.]+\.)?\w*(?:Error|Exception)\b.*)$")
 
 

@@ -3,12 +3,12 @@
 Every arm starts from the same warm-started checkpoint, sees the same prompts in the same order for a given seed and
 spends the same rollouts per generation round (except `grpo_2x`, GRPO with twice the rollouts per round for the same
 number of rounds: the paper's data-efficiency comparison, docs/algorithm.md "Published results"). The protocol's numbers are fixed
-here, independent of the demo's defaults (`coba_trl.demo.config`). Superseded by study 4 (docs/results.md).
+here, independent of the demo's defaults (`coba_trl.demo.config`). Superseded by study 4 (docs/studies/warm_starts.md).
 """
 
-from studies import Study
+from studies.declaration import Study
 
-# The protocol (docs/results.md, "Study 1: protocol"): fixed before any arm ran.
+# The protocol (docs/studies/allocators.md, "Study 1: protocol"): fixed before any arm ran.
 PROTOCOL: dict = {
     "hidden_size": 64,
     "num_layers": 2,

@@ -12,8 +12,9 @@ from __future__ import annotations
 import threading
 
 import torch
-from gpu_check_trainers import clock
 from transformers import TrainerCallback
+
+from gpu_check.trainers import clock
 
 
 class Turn(TrainerCallback):

@@ -13,7 +13,8 @@ study 5). Reported without a verdict.
 from __future__ import annotations
 
 import numpy as np
-from study_report_timing import _median_range
+
+from studies.report.formats import median_range
 
 
 def _round_sum(run: dict, key: str) -> float:
@@ -55,7 +56,7 @@ def spending_rows(runs: dict) -> list[str]:
             if "grpo" in runs and unit in runs["grpo"]
         ]
         rows.append(
-            f"| `{arm}` | {_median_range(generated, grouping=',')} | "
+            f"| `{arm}` | {median_range(generated, grouping=',')} | "
             + ", ".join(f"{label} ({count})" for label, count in sorted(steps.items(), key=lambda kv: kv[0]))
             + f" | {np.mean([g - run['rollout_budget'] for g, run in zip(generated, values, strict=True)]):.0f} | "
             f"{np.mean([_round_sum(run, 'rows_trained') for run in values]):,.0f} | {np.mean(with_spread):,.0f} | "
@@ -63,7 +64,7 @@ def spending_rows(runs: dict) -> list[str]:
             f"{_mean_cell([_round_mean(run, 'refill_phases') for run in values], 2)} | "
             f"{sum(_round_sum(run, 'refill_bound_reached') for run in values):.0f} | "
             f"{_mean_cell([_round_mean(run, 'zero_std') for run in values], 3)} | "
-            f"{_median_range([run['train_time_s'] for run in values], grouping=',')} | "
+            f"{median_range([run['train_time_s'] for run in values], grouping=',')} | "
             + (f"{np.median(to_grpo):.2f}" if to_grpo else "")
             + " |"
         )

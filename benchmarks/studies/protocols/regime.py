@@ -3,10 +3,10 @@
 Everything not listed is study 1's protocol; raw per-run JSON goes to `outputs/regime/`.
 """
 
-from studies import Study
-from studies.allocators import ARMS, PROTOCOL, QUICK
+from studies.declaration import Study
+from studies.protocols.allocators import ARMS, PROTOCOL, QUICK
 
-# The protocol (docs/results.md, "Study 2: protocol"): fixed from timing-only and F-only pilots before any arm's
+# The protocol (docs/studies/regime.md, "Study 2: protocol"): fixed from timing-only and F-only pilots before any arm's
 # accuracy was looked at.
 REGIME_PROTOCOL: dict = {
     **PROTOCOL,

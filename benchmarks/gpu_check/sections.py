@@ -1,4 +1,4 @@
-"""The in-process sections of the GPU check (`gpu_check.py`): correctness and LoRA (speed: `gpu_check_speed.py`).
+"""The in-process sections of the GPU check (`check.py`): correctness and LoRA (speed: `speed.py`).
 
 Each section takes `put(key, value)`, which adds a figure to the report and writes it to disk at once, and calls it
 as soon as a part is done (each correctness check, each speed round), so a run cut short keeps what it had.
@@ -12,7 +12,8 @@ from collections.abc import Callable
 
 import numpy as np
 import torch
-from gpu_check_trainers import FP32_CHECK, Sizes, logged, make_trainer, prompt_dataset, run_arm
+
+from gpu_check.trainers import FP32_CHECK, Sizes, logged, make_trainer, prompt_dataset, run_arm
 
 TOLERANCE = 1e-5
 Put = Callable[[str, object], None]

@@ -1,18 +1,18 @@
 """One-shot GPU check of CoBAGRPOTrainer: correctness on CUDA, FSDP2, LoRA, then speed and memory against GRPOTrainer.
 
-    bash benchmarks/gpu_check.sh OUT                                # on a CUDA machine: install, then this (docs/gpu.md)
-    python benchmarks/gpu_check.py --output_dir OUT                 # the same, with everything already installed
-    python benchmarks/gpu_check.py --device cpu --output_dir OUT    # CPU smoke (CI): tiny sizes, the same code paths
+    bash benchmarks/gpu_check.sh OUT                                    # on a CUDA machine: install, then this
+    python benchmarks/gpu_check/check.py --output_dir OUT               # the same, with everything installed
+    python benchmarks/gpu_check/check.py --device cpu --output_dir OUT  # CPU smoke (CI): tiny sizes, same paths
 
 The sections run in this order, most telling first, each on its own: one that fails or hangs leaves OUT/<section>.log
 (its traceback, the stacks of a hang, or the launched processes' output) and the next one still runs. Every figure
 is written to OUT/gpu_check.json as soon as it exists (each speed cycle, each check), so a run cut short keeps them.
-1. correctness (`gpu_check_sections.py`): fp32, eager attention, deterministic algorithms; uniform CoBA against
+1. correctness (`sections.py`): fp32, eager attention, deterministic algorithms; uniform CoBA against
    GRPOTrainer step for step, and a scripted uneven allocation.
-2. fsdp (`gpu_check_fsdp.py`): two CoBA rounds under `recipes/accelerate/fsdp_8gpu.yaml`, launched in one process
+2. fsdp (`fsdp.py`): two CoBA rounds under `recipes/accelerate/fsdp_8gpu.yaml`, launched in one process
    on CUDA (two over gloo on CPU) and stopped after `--fsdp_timeout` seconds.
 3. lora: one CoBA round with a LoRA adapter.
-4. speed (`gpu_check_speed.py`): arms `coba`, `grpo`, `uniform` on a Qwen2.5-0.5B-shaped model in bf16, 512
+4. speed (`speed.py`): arms `coba`, `grpo`, `uniform` on a Qwen2.5-0.5B-shaped model in bf16, 512
    completions of 128 tokens per round, the three trainers resident and trained a round each in turn (the order
    reversed every cycle; `--reverse_arms` starts from the other end); each ratio is the median of paired per-round
    ratios with a 95% interval. No cycle starts that would end past `--time_limit` (from the start of the script).
@@ -36,11 +36,15 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # deterministic cuBLAS; read when CUDA starts
 
+if __name__ == "__main__":  # run as a script: the benchmarks folder, where `gpu_check` is a package, on the path
+    sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
 import torch  # noqa: E402
-from gpu_check_fsdp import check_fsdp  # noqa: E402
-from gpu_check_sections import check_correctness, check_lora  # noqa: E402
-from gpu_check_speed import ARMS, describe, measure_speed  # noqa: E402
-from gpu_check_trainers import CPU_SMOKE, CPU_SPEED, QWEN25_05B, Sizes, free_memory, plain  # noqa: E402
+
+from gpu_check.fsdp import check_fsdp  # noqa: E402
+from gpu_check.sections import check_correctness, check_lora  # noqa: E402
+from gpu_check.speed import ARMS, describe, measure_speed  # noqa: E402
+from gpu_check.trainers import CPU_SMOKE, CPU_SPEED, QWEN25_05B, Sizes, free_memory, plain  # noqa: E402
 
 SECTIONS = ("correctness", "fsdp", "lora", "speed")
 SIZES = {"qwen2.5-0.5b": QWEN25_05B, "cpu-smoke": CPU_SMOKE, "cpu-speed": CPU_SPEED}

@@ -1,10 +1,10 @@
 """Study 5: spending rollouts only where they teach, at an equal number of *generated* rollouts, in the demo's regime.
 
-Pre-registered in docs/results.md ("Study 5: protocol"); this file is that protocol in code. The regime is study
+Pre-registered in docs/studies/rollout_savings.md ("Study 5: protocol"); this file is that protocol in code. The regime is study
 4's regime `demo` (the CPU demo's configuration exactly), with study 4's warm starts 0 to 2 and two more. Every arm
 keeps the demo's schedule (100 optimizer steps, cosine learning rate over them) and stops at the end of the first
 round whose completions generated so far (every phase: screening, allocation, refills) reach what `grpo` generates
-in the whole schedule, 50 rounds x 256 = 12,800 (`study_budget.py`); an arm that throws groups away and generates
+in the whole schedule, 50 rounds x 256 = 12,800 (`studies/budget.py`); an arm that throws groups away and generates
 others in their place trains fewer rounds. Units: warm starts (`unit="warm_start"`: RL seeds averaged within a
 warm start, 95% t-intervals over the warm starts, Holm across every reported cell).
 
@@ -12,16 +12,16 @@ The arms `dapo`, `greso`, `coba_pilot` and `knapsack_skip` need the trainer's `z
 `skip_settled_prompts`; the study runs only on code that has them.
 """
 
-from studies import Study
-from studies.warm_starts import ARMS as STUDY_4_ARMS
-from studies.warm_starts import PROTOCOL as STUDY_4_PROTOCOL
-from studies.warm_starts import QUICK as STUDY_4_QUICK
+from studies.declaration import Study
+from studies.protocols.warm_starts import ARMS as STUDY_4_ARMS
+from studies.protocols.warm_starts import PROTOCOL as STUDY_4_PROTOCOL
+from studies.protocols.warm_starts import QUICK as STUDY_4_QUICK
 
 PROTOCOL: dict = {
     **STUDY_4_PROTOCOL,  # regime `demo` of study 4: the demo's task, model, warm start and schedule
     "description": "the CPU demo's configuration; every arm stops at grpo's 12,800 generated rollouts",
-    "stop_at_generated_rollouts": "grpo",  # study_budget.py: 50 rounds x 256 of the grpo arm
-    # Units: 5 warm starts (0 to 2 are study 4's) x 2 RL seeds, RL seed outermost (study_runner.py's order).
+    "stop_at_generated_rollouts": "grpo",  # studies/budget.py: 50 rounds x 256 of the grpo arm
+    # Units: 5 warm starts (0 to 2 are study 4's) x 2 RL seeds, RL seed outermost (studies/runner.py's order).
     "warm_start_seeds": [0, 1, 2, 3, 4],
     "seeds": [0, 1],
     "equivalence_margin": 0.02,

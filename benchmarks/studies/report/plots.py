@@ -1,5 +1,5 @@
 """The plots of a study's report: accuracy against rollouts, paired differences, budget by pass rate, F_t and
-zero-variance groups per round (PNG, under docs/)."""
+zero-variance groups per round (PNG, beside the study's page under docs/studies/)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,16 @@ import numpy as np
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
-from study_report_tables import PASS_RATE_EDGES, UNIFORM_ARMS, bin_means, curve, epoch_mean, round_series, shown_epochs  # noqa: E402
+
+from studies.report.tables import (  # noqa: E402
+    PASS_RATE_EDGES,
+    UNIFORM_ARMS,
+    bin_means,
+    curve,
+    epoch_mean,
+    round_series,
+    shown_epochs,
+)
 
 COLORS = {
     "grpo": "tab:gray",
