@@ -127,12 +127,17 @@ def card_results(summary: dict, temperature: float) -> dict[str, str]:
 
 
 def run_demo(
-    training_args: CoBAConfig, demo_args: DemoArguments, reward_funcs: list | None = None, peft_config=None
+    training_args: CoBAConfig,
+    demo_args: DemoArguments,
+    reward_funcs: list | None = None,
+    peft_config=None,
+    callbacks: list | None = None,
 ) -> dict:
     """Run the demo; returns the summary it also writes to ``<output_dir>/demo_summary.json``.
 
     `reward_funcs` defaults to `[dapo_accuracy_reward]`; the first one defines success for the pass rates.
     `peft_config` (`--use_peft` and TRL's `lora_*` flags) trains an adapter on the warm-started model in RL.
+    `callbacks` are added to the trainer's (a benchmark's own measurements during RL).
     """
     start = time.perf_counter()
     say = print if training_args.process_index == 0 else _silent
@@ -148,6 +153,8 @@ def run_demo(
         WARM_START_PROBLEMS,
         seed=training_args.seed,
         operands_per_level=tuple(demo_args.demo_operands),
+        digits=demo_args.demo_operand_digits,
+        warm_start_levels=demo_args.demo_warm_start_levels,
     )
     max_new_tokens = training_args.max_completion_length
     checkpoint = training_args.resume_from_checkpoint
@@ -188,6 +195,7 @@ def run_demo(
         callbacks=[
             HeldoutAccuracyCallback(model, tokenizer, heldout, demo_args.demo_eval_steps, max_new_tokens),
             BeforeRLRecord(before),
+            *(callbacks or []),
         ],
     )
     use_compact_console(trainer)
@@ -208,6 +216,7 @@ def run_demo(
         "rollouts": trainer.rollouts_generated,  # completions generated, every phase and refill included
         "budget_allocator": training_args.budget_allocator,
         "operands": list(demo_args.demo_operands),
+        "operand_digits": demo_args.demo_operand_digits,
         "warm_start_steps": demo_args.demo_warm_start_steps,
         "train_prompts": len(train_problems),
         "heldout_problems": len(heldout),
