@@ -125,3 +125,13 @@ def test_a_finished_run_is_kept_unless_overwriting_is_asked_for(tmp_path):
     with pytest.raises(ValueError, match="--output_dir NEW_DIR.*--overwrite_output_dir"):
         check_output_dir(str(tmp_path), overwrite=False)
     check_output_dir(str(tmp_path), overwrite=True)
+
+
+def test_the_model_card_names_the_levels_the_warm_start_saw():
+    from coba_trl.demo.run import card_results
+
+    summary = {"accuracy_before": 0.1, "accuracy_after": 0.2, "heldout_problems": 300, "steps": 3, "rollouts": 768,
+               "warm_start_steps": 300, "operands": [4, 6, 8, 10, 12]}  # fmt: skip
+    assert card_results(summary, 1.0)["Warm start"] == "300 supervised steps on sums of 4, 6, 8, 10, 12 single digits"
+    summary.update(warm_start_levels=2, operand_digits=2)
+    assert card_results(summary, 1.0)["Warm start"] == "300 supervised steps on sums of 4, 6 numbers of up to 2 digits"

@@ -121,8 +121,13 @@ def card_results(summary: dict, temperature: float) -> dict[str, str]:
             f"{summary['accuracy_before']:.3f} before RL -> {summary['accuracy_after']:.3f} after"
         ),
         "RL": f"{summary['steps']} steps, {summary['rollouts']} completions generated at temperature {temperature}",
-        "Warm start": f"{summary['warm_start_steps']} supervised steps on sums of {operand_range(summary['operands'])} "
-        "single digits",
+        "Warm start": f"{summary['warm_start_steps']} supervised steps on sums of "
+        f"{operand_range(summary['operands'][: summary.get('warm_start_levels')])} "
+        + (
+            "single digits"
+            if summary.get("operand_digits", 1) == 1
+            else f"numbers of up to {summary['operand_digits']} digits"
+        ),
     }
 
 
@@ -217,6 +222,7 @@ def run_demo(
         "budget_allocator": training_args.budget_allocator,
         "operands": list(demo_args.demo_operands),
         "operand_digits": demo_args.demo_operand_digits,
+        "warm_start_levels": demo_args.demo_warm_start_levels,  # None: every level
         "warm_start_steps": demo_args.demo_warm_start_steps,
         "train_prompts": len(train_problems),
         "heldout_problems": len(heldout),
