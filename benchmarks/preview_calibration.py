@@ -2,6 +2,7 @@
 
     python benchmarks/preview_calibration.py --regime hard --output-dir outputs/calibration_hard
     python benchmarks/preview_calibration.py --regime demo --output-dir outputs/calibration_demo
+    python benchmarks/preview_calibration.py --regime frontier --output-dir outputs/calibration_frontier
 
 From the regime's warm-started model (`coba_trl.demo.config.REGIMES`; the one `rollout_savings.py` uses, seed 0):
 1. `examples/evaluate.py --train_dataset arithmetic --regime R --k 8` scores the training set (8 samples a prompt at
@@ -104,7 +105,7 @@ def train_first_epoch(arm: str, regime: str, output_dir: str, warm_state, tokeni
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
-    parser.add_argument("--regime", default="hard", choices=["demo", "hard"])
+    parser.add_argument("--regime", default="hard", choices=["demo", "hard", "frontier"])
     parser.add_argument("--output-dir", "--output_dir", dest="output_dir", required=True)
     parser.add_argument("--quick", action="store_true", help="A smoke run: a tiny model, a warm start of 10 steps.")
     options = parser.parse_args(argv)

@@ -63,8 +63,9 @@ def epoch_shares(records: list[dict], prompts_per_epoch: int) -> list[dict]:
     return epochs
 
 
-def pilot(operands: list[int], warm_start_steps: int, train_prompts: int, k: int, seed: int) -> dict:
-    """One warm start and its training prompts' groups of `k`."""
+def pilot(operands: list[int], warm_start_steps: int, train_prompts: int, k: int, seed: int, **task) -> dict:
+    """One warm start and its training prompts' groups of `k`; `task`: further `DemoArguments` fields (the digits of
+    each number, the levels the warm start sees, its learning rate)."""
     import torch
     from studies.task import sampled_pass_rates
 
@@ -73,7 +74,10 @@ def pilot(operands: list[int], warm_start_steps: int, train_prompts: int, k: int
 
     torch.set_num_threads(1)
     demo = DemoArguments(
-        demo_operands=list(operands), demo_warm_start_steps=warm_start_steps, demo_num_train_prompts=train_prompts
+        demo_operands=list(operands),
+        demo_warm_start_steps=warm_start_steps,
+        demo_num_train_prompts=train_prompts,
+        **task,
     )
     start = time.perf_counter()
     model, tokenizer, train, _ = warm_started_demo(seed, demo)
@@ -92,6 +96,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--operands", type=int, nargs="+", default=None)
     parser.add_argument("--warm-start-steps", dest="warm_start_steps", type=int, nargs="+", default=None)
     parser.add_argument("--train-prompts", dest="train_prompts", type=int, default=None)
+    parser.add_argument("--operand-digits", dest="operand_digits", type=int, default=None)
+    parser.add_argument("--warm-start-levels", dest="warm_start_levels", type=int, default=None)
+    parser.add_argument("--warm-start-lr", dest="warm_start_lr", type=float, default=None)
     parser.add_argument("--k", type=int, default=8, help="Completions a prompt (GRPO's group size).")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--rounds", default=None, help="A training run's output_dir: its groups, epoch by epoch.")
@@ -116,14 +123,20 @@ def main(argv: list[str] | None = None) -> int:
     operands = options.operands or recipe.get("demo_operands", default.demo_operands)
     steps = options.warm_start_steps or [recipe.get("demo_warm_start_steps", default.demo_warm_start_steps)]
     prompts = options.train_prompts or recipe.get("demo_num_train_prompts", default.demo_num_train_prompts)
+    given = {
+        "demo_operand_digits": options.operand_digits,
+        "demo_warm_start_levels": options.warm_start_levels,
+        "demo_warm_start_learning_rate": options.warm_start_lr,
+    }
+    task = {key: value if value is not None else recipe.get(key, getattr(default, key)) for key, value in given.items()}
     from machine import machine_line
 
     print(machine_line(), flush=True)
-    print(f"operands {operands}, {prompts} training prompts, k = {options.k}, seed {options.seed}")
+    print(f"operands {operands}, {prompts} training prompts, k = {options.k}, seed {options.seed}, {task}")
     print("| warm-start steps | level (operands) | all failed | all solved | mixed | warm start s |")
     print("|---|---|---|---|---|---|")
     for warm_start_steps in steps:
-        result = pilot(operands, warm_start_steps, prompts, options.k, options.seed)
+        result = pilot(operands, warm_start_steps, prompts, options.k, options.seed, **task)
         rows = [*result["by_level"].items(), ("all", result["all"])]
         for level, (failed, solved, mixed) in rows:
             seconds = f"{result['warm_start_s']:.1f}" if level == "all" else ""

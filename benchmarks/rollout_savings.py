@@ -143,7 +143,8 @@ def warm_started(seed: int, output_dir: str | None = None, regime: str = "demo",
         model, tokenizer = build_demo_model(demo, seed)
         model.load_state_dict(torch.load(saved, weights_only=True))
         sizes = (demo.demo_num_train_prompts, demo.demo_num_heldout, WARM_START_PROBLEMS)
-        train = demo_problem_sets(*sizes, seed, operands_per_level=tuple(demo.demo_operands))[0]
+        operands, digits = tuple(demo.demo_operands), demo.demo_operand_digits
+        train = demo_problem_sets(*sizes, seed, operands_per_level=operands, digits=digits)[0]
         return model, tokenizer, train
     model, tokenizer, train, _ = warm_started_demo(seed, demo)
     if saved is not None and int(os.environ.get("RANK", "0")) == 0:

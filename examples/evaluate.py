@@ -295,7 +295,8 @@ def demo_task(part: str, regime: str = "demo"):
     """The CPU task's `"train"` prompts or `"heldout"` problems in `regime`, as the demo builds them."""
     training, demo = regime_arguments(regime)
     sizes = (demo.demo_num_train_prompts, demo.demo_num_heldout, 0)
-    train, heldout, _ = demo_problem_sets(*sizes, seed=training["seed"], operands_per_level=tuple(demo.demo_operands))
+    operands, digits = tuple(demo.demo_operands), demo.demo_operand_digits
+    train, heldout, _ = demo_problem_sets(*sizes, seed=training["seed"], operands_per_level=operands, digits=digits)
     return to_prompt_dataset(train if part == "train" else heldout)
 
 

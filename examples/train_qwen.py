@@ -162,7 +162,12 @@ def load_train_dataset(script_args: ScriptArguments, demo_args: DemoArguments, s
     if script_args.dataset_name == ARITHMETIC:
         operands = tuple(demo_args.demo_operands)
         dataset = to_prompt_dataset(
-            make_problems(demo_args.demo_num_train_prompts, seed=seed, operands_per_level=operands)
+            make_problems(
+                demo_args.demo_num_train_prompts,
+                seed=seed,
+                operands_per_level=operands,
+                digits=demo_args.demo_operand_digits,
+            )
         )
     else:
         dataset = load_dapo_math(

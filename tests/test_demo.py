@@ -34,6 +34,31 @@ def test_problems_are_reproducible_and_correct():
         assert len(operands) == DIFFICULTY_LEVELS[problem.level] and sum(operands) == problem.answer
 
 
+def test_numbers_of_several_digits_and_a_warm_start_on_the_easiest_levels_only():
+    operands = (2, 3, 4)
+    train, heldout, warm = demo_problem_sets(
+        60, 30, 300, seed=5, operands_per_level=operands, digits=2, warm_start_levels=2
+    )
+    numbers = [int(x) for p in train + heldout + warm for x in p.question.rstrip("=").split("+")]
+    assert max(numbers) > 9 and max(numbers) <= 99
+    for problem in train + heldout + warm:
+        terms = [int(x) for x in problem.question.rstrip("=").split("+")]
+        assert len(terms) == operands[problem.level] and sum(terms) == problem.answer
+    assert {p.level for p in warm} == {0, 1} and {p.level for p in train} == {p.level for p in heldout} == {0, 1, 2}
+    assert not {p.question for p in heldout} & {p.question for p in train + warm}
+    # The defaults are the demo's own problems, unchanged.
+    assert demo_problem_sets(60, 30, 300, seed=5) == demo_problem_sets(60, 30, 300, seed=5, digits=1)
+
+
+def test_a_task_setting_out_of_range_is_refused_naming_the_field():
+    from coba_trl.demo.config import DemoArguments
+
+    with pytest.raises(ValueError, match="demo_warm_start_levels"):
+        DemoArguments(demo_operands=[3, 4], demo_warm_start_levels=3)
+    with pytest.raises(ValueError, match="demo_operand_digits"):
+        DemoArguments(demo_operand_digits=0)
+
+
 def test_reference_completions_score_one_with_the_dapo_reward():
     problems = make_problems(10, seed=0)
     dataset = to_prompt_dataset(problems)
@@ -129,3 +154,13 @@ def test_a_redirected_console_prints_the_lines_without_a_progress_bar(monkeypatc
         trainer = Trainer()
         use_compact_console(trainer)
         assert trainer.callbacks == [shown]
+
+
+def test_the_model_card_names_the_levels_the_warm_start_saw():
+    from coba_trl.demo.run import card_results
+
+    summary = {"accuracy_before": 0.1, "accuracy_after": 0.2, "heldout_problems": 300, "steps": 3, "rollouts": 768,
+               "warm_start_steps": 300, "operands": [4, 6, 8, 10, 12]}  # fmt: skip
+    assert card_results(summary, 1.0)["Warm start"] == "300 supervised steps on sums of 4, 6, 8, 10, 12 single digits"
+    summary.update(warm_start_levels=2, operand_digits=2)
+    assert card_results(summary, 1.0)["Warm start"] == "300 supervised steps on sums of 4, 6 numbers of up to 2 digits"

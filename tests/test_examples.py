@@ -78,15 +78,21 @@ def test_no_arguments_means_the_cpu_demo_recipe():
     assert embedded[2].model_name_or_path is None and embedded[0].dataset_name == "arithmetic"
 
 
-@pytest.mark.parametrize("regime", ["demo", "hard"])
+@pytest.mark.parametrize("regime", ["demo", "hard", "frontier"])
 def test_each_regimes_recipe_is_the_demo_with_the_regimes_declared_values(regime):
-    from coba_trl.demo.config import REGIME_RECIPES, regime_arguments
+    import dataclasses
+
+    from coba_trl.demo.config import REGIME_RECIPES, DemoArguments, regime_arguments
 
     script = load_script()
     training, demo = regime_arguments(regime)
     overrides = [f"--{name}={value}" for name, value in training.items() if not isinstance(value, list)]
-    operands = ["--demo_operands", *map(str, demo.demo_operands)]
-    declared = script.parse([*overrides, *operands, "--demo_num_train_prompts", str(demo.demo_num_train_prompts)])
+    for name, default in vars(DemoArguments()).items():  # the regime's task, as flags
+        value = getattr(demo, name)
+        if value != default:
+            overrides += [f"--{name}", *map(str, value)] if isinstance(value, list) else [f"--{name}={value}"]
+    assert dataclasses.asdict(demo) != dataclasses.asdict(DemoArguments()) or regime == "demo"
+    declared = script.parse(overrides)
     from_recipe = script.parse(["--config", str(ROOT / "recipes" / REGIME_RECIPES[regime])])
     for ours, theirs in zip(declared, from_recipe, strict=True):
         as_dict = getattr(ours, "to_dict", None)

@@ -77,3 +77,27 @@ def test_the_first_epochs_figures_count_the_groups_of_its_first_visits_skipped_o
     assert figures["generated_per_row_with_spread"] == 2.0 and figures["flat_share"] == 0.5
     assert figures["first_round_flat_share"] == 0.5
     assert bench.epoch_figures(records, 4)["groups"] == 3
+
+
+@pytest.mark.slow
+def test_rollouts_to_accuracy_runs_every_arm_to_the_same_generated_rollouts_and_its_crossings_follow_the_curves(
+    tmp_path,
+):
+    out = tmp_path / "rta.json"
+    run("rollouts_to_accuracy.py", "--quick", "--arms", "grpo", "dapo", "--absolute", "0.0", "1.1",
+        "--json", str(out), "--output-dir", str(tmp_path / "runs"))  # fmt: skip
+    record = json.loads(out.read_text())
+    curves, marks = record["curves"], record["thresholds"]
+    grpo = curves["grpo"]
+    start, final = grpo[0]["avg"], grpo[-1]["avg"]
+    assert marks["grpo_gain_50"] == pytest.approx(start + 0.5 * (final - start))
+    assert marks["grpo_final"] == pytest.approx(final)
+    for arm, curve in curves.items():
+        assert curve[0]["generated"] == 0 and curve[-1]["generated"] >= record["rollouts"]  # the same budget
+        for name, value in marks.items():
+            first = next((p for p in curve if p["avg"] >= value), None)
+            expected = None if first is None else {k: first[k] for k in ("step", "generated", "seconds")}
+            assert record["crossings"][arm][name] == expected
+        assert record["crossings"][arm]["absolute_0"]["generated"] == 0  # reached before RL
+        assert record["crossings"][arm]["absolute_1.1"] is None  # never reached
+    assert curves["dapo"][-1]["step"] < grpo[-1]["step"]  # refill reaches the budget in fewer steps

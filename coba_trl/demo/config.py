@@ -47,6 +47,8 @@ DEMO_TRAINING_ARGS: dict = {
 # the same as its recipe's (`recipes/<recipe>.yaml`; a test keeps them equal). `hard`: the regime most groups teach
 # nothing in, as in math RL at scale (docs/benchmarks.md, "The hard regime"): sums of 2 digits (soon all solved)
 # beside sums of 20 to 32 (mostly all failed), 128 prompts revisited every 4 rounds, and its own output folder.
+# `frontier`: the regime meant for the frontier to move (docs/benchmarks.md, "The frontier regime", with what its
+# calibration met and missed): a ladder of longer sums, a longer warm start, 150 steps evaluated every 5.
 REGIMES: dict[str, dict] = {
     "demo": {},
     "hard": {
@@ -54,8 +56,15 @@ REGIMES: dict[str, dict] = {
         "demo_num_train_prompts": 128,
         "output_dir": "outputs/cpu_demo_hard",
     },
+    "frontier": {
+        "demo_operands": [4, 6, 8, 10, 12],
+        "demo_warm_start_steps": 400,
+        "demo_eval_steps": 5,
+        "max_steps": 150,
+        "output_dir": "outputs/cpu_demo_frontier",
+    },
 }
-REGIME_RECIPES = {"demo": "cpu_demo.yaml", "hard": "cpu_demo_hard.yaml"}
+REGIME_RECIPES = {"demo": "cpu_demo.yaml", "hard": "cpu_demo_hard.yaml", "frontier": "cpu_demo_frontier.yaml"}
 
 
 def regime_arguments(name: str) -> tuple[dict, DemoArguments]:
@@ -90,6 +99,12 @@ class DemoArguments:
         demo_operands (`list[int]`, *optional*, defaults to `[3, 4, 5, 6, 7]`):
             Difficulty levels of the arithmetic task: level i sums this many single digits. The prompts of the RL
             training set, the held-out problems and the warm start cycle through the levels evenly.
+        demo_operand_digits (`int`, *optional*, defaults to `1`):
+            Digits of each number summed: 1 sums single digits; 2 sums numbers from 0 to 99 (with carries, and
+            answers from a wider range, so a guess is rarely right).
+        demo_warm_start_levels (`int`, *optional*):
+            The warm start sees only the first this many levels of `demo_operands` (the easiest ones); all of them
+            by default. RL and the held-out problems always cover every level.
         demo_num_train_prompts (`int`, *optional*, defaults to `512`):
             Distinct prompts of the RL training set (revisited every epoch, so pass-rate history builds up).
         demo_num_heldout (`int`, *optional*, defaults to `300`):
@@ -114,6 +129,13 @@ class DemoArguments:
         default_factory=lambda: [3, 4, 5, 6, 7],
         metadata={"help": "Digits summed at each difficulty level of the arithmetic task (levels cycle evenly)."},
     )
+    demo_operand_digits: int = field(
+        default=1, metadata={"help": "Digits of each number summed (1: single digits; 2: numbers 0 to 99)."}
+    )
+    demo_warm_start_levels: int | None = field(
+        default=None,
+        metadata={"help": "The warm start sees only the first this many levels (the easiest); default: all of them."},
+    )
     demo_num_train_prompts: int = field(
         default=512, metadata={"help": "Distinct prompts in the arithmetic RL training set."}
     )
@@ -133,6 +155,17 @@ class DemoArguments:
             raise ValueError(
                 f"demo_operands ({self.demo_operands}) must list at least one level, each a number of digits to sum "
                 "of 2 or more, e.g. --demo_operands 3 4 5 6 7 (the default)."
+            )
+        if not isinstance(self.demo_operand_digits, int) or not 1 <= self.demo_operand_digits <= 4:
+            raise ValueError(
+                f"demo_operand_digits ({self.demo_operand_digits}) must be 1 to 4 (the digits of each number summed), "
+                "e.g. --demo_operand_digits 1 (the default)."
+            )
+        levels = self.demo_warm_start_levels
+        if levels is not None and not 1 <= levels <= len(self.demo_operands):
+            raise ValueError(
+                f"demo_warm_start_levels ({levels}) must be between 1 and the number of levels in demo_operands "
+                f"({len(self.demo_operands)}), or left unset for all of them."
             )
         if not (math.isfinite(self.demo_warm_start_learning_rate) and self.demo_warm_start_learning_rate > 0):
             raise ValueError(

@@ -121,18 +121,28 @@ def card_results(summary: dict, temperature: float) -> dict[str, str]:
             f"{summary['accuracy_before']:.3f} before RL -> {summary['accuracy_after']:.3f} after"
         ),
         "RL": f"{summary['steps']} steps, {summary['rollouts']} completions generated at temperature {temperature}",
-        "Warm start": f"{summary['warm_start_steps']} supervised steps on sums of {operand_range(summary['operands'])} "
-        "single digits",
+        "Warm start": f"{summary['warm_start_steps']} supervised steps on sums of "
+        f"{operand_range(summary['operands'][: summary.get('warm_start_levels')])} "
+        + (
+            "single digits"
+            if summary.get("operand_digits", 1) == 1
+            else f"numbers of up to {summary['operand_digits']} digits"
+        ),
     }
 
 
 def run_demo(
-    training_args: CoBAConfig, demo_args: DemoArguments, reward_funcs: list | None = None, peft_config=None
+    training_args: CoBAConfig,
+    demo_args: DemoArguments,
+    reward_funcs: list | None = None,
+    peft_config=None,
+    callbacks: list | None = None,
 ) -> dict:
     """Run the demo; returns the summary it also writes to ``<output_dir>/demo_summary.json``.
 
     `reward_funcs` defaults to `[dapo_accuracy_reward]`; the first one defines success for the pass rates.
     `peft_config` (`--use_peft` and TRL's `lora_*` flags) trains an adapter on the warm-started model in RL.
+    `callbacks` are added to the trainer's (a benchmark's own measurements during RL).
     """
     start = time.perf_counter()
     say = print if training_args.process_index == 0 else _silent
@@ -148,6 +158,8 @@ def run_demo(
         WARM_START_PROBLEMS,
         seed=training_args.seed,
         operands_per_level=tuple(demo_args.demo_operands),
+        digits=demo_args.demo_operand_digits,
+        warm_start_levels=demo_args.demo_warm_start_levels,
     )
     max_new_tokens = training_args.max_completion_length
     checkpoint = training_args.resume_from_checkpoint
@@ -188,6 +200,7 @@ def run_demo(
         callbacks=[
             HeldoutAccuracyCallback(model, tokenizer, heldout, demo_args.demo_eval_steps, max_new_tokens),
             BeforeRLRecord(before),
+            *(callbacks or []),
         ],
     )
     use_compact_console(trainer)
@@ -211,6 +224,8 @@ def run_demo(
         "prompt_visits_skipped": trainer.round_runner.spending.prompts_skipped,
         "budget_allocator": training_args.budget_allocator,
         "operands": list(demo_args.demo_operands),
+        "operand_digits": demo_args.demo_operand_digits,
+        "warm_start_levels": demo_args.demo_warm_start_levels,  # None: every level
         "warm_start_steps": demo_args.demo_warm_start_steps,
         "train_prompts": len(train_problems),
         "heldout_problems": len(heldout),

@@ -29,9 +29,12 @@ class Problem:
         return f"Answer: {self.answer}"
 
 
-def make_problem(rng: random.Random, level: int, operands_per_level: tuple[int, ...] = DIFFICULTY_LEVELS) -> Problem:
-    """One problem of difficulty ``level`` (an index into ``operands_per_level``): a sum of single digits."""
-    operands = [rng.randint(0, 9) for _ in range(operands_per_level[level])]
+def make_problem(
+    rng: random.Random, level: int, operands_per_level: tuple[int, ...] = DIFFICULTY_LEVELS, digits: int = 1
+) -> Problem:
+    """One problem of difficulty ``level`` (an index into ``operands_per_level``): a sum of numbers of up to
+    ``digits`` digits (single digits by default)."""
+    operands = [rng.randint(0, 10**digits - 1) for _ in range(operands_per_level[level])]
     return Problem(question="+".join(map(str, operands)) + "=", answer=sum(operands), level=level)
 
 
@@ -41,9 +44,10 @@ def make_problems(
     exclude: set[str] | None = None,
     unique: bool = True,
     operands_per_level: tuple[int, ...] = DIFFICULTY_LEVELS,
+    digits: int = 1,
 ) -> list[Problem]:
     """``num_problems`` problems, levels cycling evenly, none of whose questions is in ``exclude``; level i sums
-    ``operands_per_level[i]`` digits.
+    ``operands_per_level[i]`` numbers of up to ``digits`` digits.
 
     With ``unique`` no question repeats (a level of 3 operands has 1,000 distinct questions).
     """
@@ -51,7 +55,7 @@ def make_problems(
     seen = set(exclude or ())
     problems: list[Problem] = []
     while len(problems) < num_problems:
-        problem = make_problem(rng, len(problems) % len(operands_per_level), operands_per_level)
+        problem = make_problem(rng, len(problems) % len(operands_per_level), operands_per_level, digits)
         if problem.question not in seen:
             if unique:
                 seen.add(problem.question)
@@ -65,20 +69,28 @@ def demo_problem_sets(
     num_warm_start: int,
     seed: int,
     operands_per_level: tuple[int, ...] = DIFFICULTY_LEVELS,
+    digits: int = 1,
+    warm_start_levels: int | None = None,
 ) -> tuple[list[Problem], list[Problem], list[Problem]]:
     """Distinct RL training prompts, distinct held-out problems and a warm-start stream (repeats allowed).
 
-    All three share the level mix (level i sums ``operands_per_level[i]`` digits); neither training set contains a
-    held-out question.
+    Level i sums ``operands_per_level[i]`` numbers of up to ``digits`` digits. Training and held-out problems share
+    the level mix; the warm start draws from the first ``warm_start_levels`` levels (all by default). Neither
+    training set contains a held-out question.
     """
     operands = tuple(operands_per_level)
     if num_heldout > 500 * len(operands):
         raise ValueError(f"num_heldout ({num_heldout}) must be at most {500 * len(operands)}.")
-    heldout = make_problems(num_heldout, seed=seed + 1, operands_per_level=operands)
+    heldout = make_problems(num_heldout, seed=seed + 1, operands_per_level=operands, digits=digits)
     excluded = {p.question for p in heldout}
-    train = make_problems(num_train, seed=seed, exclude=excluded, operands_per_level=operands)
+    train = make_problems(num_train, seed=seed, exclude=excluded, operands_per_level=operands, digits=digits)
     warm_start = make_problems(
-        num_warm_start, seed=seed + 2, exclude=excluded, unique=False, operands_per_level=operands
+        num_warm_start,
+        seed=seed + 2,
+        exclude=excluded,
+        unique=False,
+        operands_per_level=operands[:warm_start_levels],
+        digits=digits,
     )
     return train, heldout, warm_start
 

@@ -86,6 +86,8 @@ def warm_started_demo(seed: int = 0, demo=None):
         WARM_START_PROBLEMS,
         seed,
         operands_per_level=tuple(demo.demo_operands),
+        digits=demo.demo_operand_digits,
+        warm_start_levels=demo.demo_warm_start_levels,
     )
     warm_start(
         model,
