@@ -238,3 +238,16 @@ def test_rows_without_a_success_reward_are_neither_successes_nor_failures():
     )
     observe_round(history, allocator, plan, scored_round)
     assert history.pass_rates(["a", "b", "c"]).tolist()[:2] == [1.0, 0.0] and "c" not in history
+
+
+def test_the_end_of_run_line_counts_one_round_in_the_singular():
+    from coba_trl.rounds.spending import Spending
+
+    spending = Spending()
+    spending.add(
+        {"coba/rollouts_generated": 16, "coba/rows_trained": 16, "coba/rows_with_spread": 8, "coba/prompts_skipped": 1}
+    )
+    assert spending.summary_line() == (
+        "[coba] 16 completions generated in 1 round, 16 rows trained, 8 with spread (2.00 generated per trained row "
+        "with spread), 1 prompt visit skipped, 0 rounds at the refill bound"
+    )

@@ -35,6 +35,11 @@ def spending_metrics(plan, scored, mode: str, chosen, refill_phases: int) -> dic
     return metrics
 
 
+def counted(number: int, noun: str) -> str:
+    """`number` and `noun`, plural unless it is 1: "1 round", "3 rounds"."""
+    return f"{number:,} {noun}{'' if number == 1 else 's'}"
+
+
 @dataclass
 class Spending:
     """The run's totals of the rounds' `spending_metrics` (all processes, every round since the run started)."""
@@ -87,9 +92,10 @@ class Spending:
         """The end-of-run line: what the run generated, trained and skipped."""
         per_row = f"{self.generated / self.rows_with_spread:.2f}" if self.rows_with_spread else "n/a"
         return (
-            f"[coba] {self.generated:,} completions generated in {self.rounds:,} rounds, {self.rows_trained:,} rows "
-            f"trained, {self.rows_with_spread:,} with spread ({per_row} generated per trained row with spread), "
-            f"{self.prompts_skipped:,} prompt visits skipped, {self.bound_rounds:,} rounds at the refill bound"
+            f"[coba] {self.generated:,} completions generated in {counted(self.rounds, 'round')}, "
+            f"{self.rows_trained:,} rows trained, {self.rows_with_spread:,} with spread ({per_row} generated per trained "
+            f"row with spread), {counted(self.prompts_skipped, 'prompt visit')} skipped, "
+            f"{counted(self.bound_rounds, 'round')} at the refill bound"
         )
 
     def state_dict(self) -> dict:
