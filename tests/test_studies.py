@@ -26,6 +26,7 @@ def test_every_declaration_compares_its_own_arms_at_temperature_one(tmp_path):
     studies = declarations()
     assert [s.name for s in studies] == [
         "allocators",
+        "frontier",
         "phases",
         "regime",
         "rollout_savings",

@@ -192,3 +192,37 @@ def test_the_benchmarks_history_rule_skips_a_prompt_for_good_once_its_group_was_
     visits += [("b", 1, 4), ("c", 2, 4)]
     # Epoch 1 skips nothing; epoch 2 skips "b"; epoch 3 skips "b" (never seen again) and "c" (flat in epoch 2).
     assert bench.history_rule(visits, 3) == [(12, 8), (8, 4), (4, 4)]
+
+
+def test_study_7_runs_the_frontier_recipe_with_the_eight_arms_and_an_avg16_curve(tmp_path):
+    from coba_trl.demo.config import regime_arguments
+
+    studies, protocols = load_benchmark("studies.declaration"), load_benchmark("studies.protocols")
+    study = protocols.load_study("frontier")
+    ours = {**study.protocol, **study.regimes["frontier"]}
+    training, demo = regime_arguments("frontier")  # the recipe's values
+    assert ours["operands"] == demo.demo_operands and ours["num_train_prompts"] == demo.demo_num_train_prompts
+    assert (ours["warm_start_steps"], ours["warm_start_learning_rate"]) == (
+        demo.demo_warm_start_steps,
+        demo.demo_warm_start_learning_rate,
+    )
+    assert (ours["hidden_size"], ours["num_layers"], ours["num_heldout"]) == (
+        demo.demo_hidden_size,
+        demo.demo_num_layers,
+        demo.demo_num_heldout,
+    )
+    assert (ours["max_steps"], ours["eval_steps"]) == (training["max_steps"], demo.demo_eval_steps)
+    for key in ("learning_rate", "lr_scheduler_type", "num_generations", "steps_per_generation",
+                "max_completion_length", "temperature", "min_generations", "max_generations"):  # fmt: skip
+        assert ours[key] == training[key], key
+    assert ours["curve_samples"] == 16 and len(studies.units(ours)) == 5 and study.unit == "warm_start"
+    assert set(study.arms) == {"grpo", "dapo", "greso", "knapsack", "knapsack_skip", "coba", "coba_skip", "coba_pilot"}
+    assert study.comparisons == tuple((arm, "grpo") for arm in study.arms if arm != "grpo")
+    study_run = load_benchmark("studies.run")
+    args = study_run.training_args(ours, study.arms, "grpo", 0, str(tmp_path))
+    budget = load_benchmark("studies.budget").generated_rollout_budget(
+        ours, lambda arm: study_run.training_args(ours, study.arms, arm, 0, str(tmp_path))
+    )
+    assert args.generation_batch_size == 256 and budget == 150 // 2 * 256
+    train, heldout, _ = load_benchmark("studies.task").problem_sets(ours)
+    assert len({p.question for p in train}) == 512 and not {p.question for p in train} & {p.question for p in heldout}

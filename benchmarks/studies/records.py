@@ -107,11 +107,16 @@ def _rounded(value, digits: int = 4):
     return None if value is None or value != value else round(float(value), digits)
 
 
-def timing_callbacks():
-    """A clock of `trainer.train()` that leaves out the held-out evaluations, and the evaluation callback it times."""
+def timing_callbacks(samples: int = 0):
+    """A clock of `trainer.train()` that leaves out the held-out evaluations, and the evaluation callback it times.
+
+    With `samples`, the curve is held-out avg@`samples` (temperature 1.0, `task.sampled_pass_rates`) instead of greedy
+    accuracy, and the callback keeps each evaluation's per-level value in `by_level` (one dict per evaluation).
+    """
     from transformers import TrainerCallback
 
     from coba_trl.demo.run import HeldoutAccuracyCallback
+    from studies.task import sampled_pass_rates
 
     class Clock(TrainerCallback):
         def __init__(self):
@@ -128,12 +133,19 @@ def timing_callbacks():
     class Timed(HeldoutAccuracyCallback):
         def __init__(self, clock, *args):
             super().__init__(*args)
-            self.clock = clock
+            self.clock, self.by_level = clock, []
 
         def _accuracy(self) -> float:
             eval_start = time.perf_counter()
             try:
-                return super()._accuracy()
+                if not samples:
+                    return super()._accuracy()
+                rates = sampled_pass_rates(self.model, self.tokenizer, self.problems, samples, self.max_new_tokens)
+                levels = {}
+                for rate, problem in zip(rates, self.problems, strict=True):
+                    levels.setdefault(str(problem.level), []).append(rate)
+                self.by_level.append({level: round(float(np.mean(v)), 4) for level, v in sorted(levels.items())})
+                return float(np.mean(rates))
             finally:
                 self.clock.eval_seconds += time.perf_counter() - eval_start
 

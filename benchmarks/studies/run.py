@@ -60,6 +60,31 @@ def training_args(protocol: dict, arms: dict, arm: str, seed: int, output_dir: s
     return CoBAConfig(**config)
 
 
+PASS_RATE_BINS = ("unseen", "0", "(0, 0.25]", "(0.25, 0.5]", "(0.5, 0.75]", "(0.75, 1)", "1")
+
+
+def _pass_rate_bin(rate) -> str:
+    if rate is None:
+        return PASS_RATE_BINS[0]
+    if rate in (0.0, 1.0):
+        return PASS_RATE_BINS[1] if rate == 0.0 else PASS_RATE_BINS[6]
+    return PASS_RATE_BINS[2 + min(int((rate - 1e-12) // 0.25), 3)]
+
+
+def level_rounds(rounds: list, levels: list[int]) -> list[dict]:
+    """Where each round's generated rollouts went: per level, and per bin of the pooled pass rate the prompt had
+    before the round (`PASS_RATE_BINS`; every phase of the round counted, screening and refills included)."""
+    records = []
+    for step, prompt_ids, sizes, _, pooled in rounds:
+        by_level, by_rate = {}, {}
+        for prompt_id, size, rate in zip(prompt_ids, sizes, pooled, strict=True):
+            level = str(levels[int(prompt_id)])
+            by_level[level] = by_level.get(level, 0) + int(size)
+            by_rate[_pass_rate_bin(rate)] = by_rate.get(_pass_rate_bin(rate), 0) + int(size)
+        records.append({"step": step, "by_level": dict(sorted(by_level.items())), "by_pass_rate": by_rate})
+    return records
+
+
 def run_arm(job: dict) -> dict:
     """One RL run from its unit's warm-start checkpoint; writes and returns its raw result.
 
@@ -93,15 +118,16 @@ def run_arm(job: dict) -> dict:
     )
     args = training_args(protocol, job["arms"], arm, seed, output_dir)
     max_new, samples = protocol["max_completion_length"], protocol["conversion_samples"]
-    clock_class, timed_heldout_accuracy = timing_callbacks()
+    clock_class, timed_heldout_accuracy = timing_callbacks(protocol.get("curve_samples", 0))
     clock = clock_class()
+    curve = timed_heldout_accuracy(clock, model, tokenizer, heldout, protocol["eval_steps"], max_new)
     trainer = RecordingTrainer(
         model=model,
         reward_funcs=dapo_accuracy_reward,
         args=args,
         train_dataset=to_prompt_dataset(train),
         processing_class=tokenizer,
-        callbacks=[clock, timed_heldout_accuracy(clock, model, tokenizer, heldout, protocol["eval_steps"], max_new)],
+        callbacks=[clock, curve],
     )
     trainer.remove_callback(PrinterCallback)
     allocator = study_allocator(job["arms"][arm], args, warm_seed, seed)
@@ -153,6 +179,12 @@ def run_arm(job: dict) -> dict:
             settings={key: value for key, value in args.to_dict().items() if not key.endswith(("_dir", "_token"))},
             provenance=provenance(),
         )
+        if protocol.get("curve_samples"):  # the curve is avg@k: per level too, and where the rollouts went
+            result.update(
+                curve_by_level=curve.by_level,  # one dict per entry of accuracy_curve: level -> avg@k
+                step_seconds=[[step, seconds] for step, seconds, _ in clock.steps],  # without evaluations
+                level_rounds=level_rounds(trainer.rounds, [p.level for p in train]),
+            )
     else:
         result.update(
             log_history=[r for r in history if "loss" in r],
