@@ -1,18 +1,20 @@
 """The optional sections of an `"intervals"` study's report, in the order the report gives them
-(`Study.report_extras`): spending and reach (`spending.py`), wall time (`wall_time.py`), zero-variance groups
+(`Study.report_extras`): rollouts and seconds to an accuracy (`crossings.py`), spending and reach (`spending.py`), wall time (`wall_time.py`), zero-variance groups
 (`zero_variance.py`)."""
 
 from __future__ import annotations
 
+from studies.report.crossings import crossing_lines
 from studies.report.spending import spending_lines
 from studies.report.wall_time import wall_time_rows
 from studies.report.zero_variance import phase_rows
 
 
 def extra_lines(extras, runs: dict, protocol: dict, heading: str) -> list[str]:
-    """The optional sections a study asks for (`Study.report_extras`): `"wall_time"`, `"phases"` and those of
+    """The optional sections a study asks for (`Study.report_extras`): `"crossings"`, `"wall_time"`, `"phases"` and those of
     `spending.py` (`"spending"`, `"reach"`), each under a heading that starts with `heading`."""
-    lines = spending_lines(extras, runs, protocol, heading)
+    lines = crossing_lines(runs, protocol, heading) if "crossings" in extras else []
+    lines += spending_lines(extras, runs, protocol, heading)
     if "wall_time" in extras:
         lines += [
             f"{heading}wall time",
