@@ -16,7 +16,8 @@ The warm start runs once; every arm starts from a copy of it, with the same seed
 optimizer steps, completions generated (every phase, every process: the trainer's `rollouts_generated`), rows
 trained and rows from groups with a spread of rewards (the sums of `coba/rows_trained` and `coba/rows_with_spread`
 over the log, one record per round), completions generated per trained row with spread, the training wall time per
-such row, and both against the `dapo` arm measured in the same process (ratio below 1: fewer completions, or less
+such row, the share of the training prompts that gave at least one group with spread (how widely the trained rows
+reach), and both against the `dapo` arm measured in the same process (ratio below 1: fewer completions, or less
 time, per row that teaches). Then the limit (`limit_lines`): with `grpo` among the arms, epoch by epoch on the pass
 rates `grpo` observed. `--json FILE` writes the arms' counts and the limit as a list of objects. The arms run one
 after another on a shared machine: the load average is printed before and after.
@@ -153,6 +154,22 @@ def warm_started(seed: int, output_dir: str | None = None, regime: str = "demo",
     return model, tokenizer, train
 
 
+def distinct_prompts_with_spread(output_dir: str) -> int:
+    """Distinct prompts that gave at least one group with a spread of successes, over every batch of every round
+    of the run's allocation log (refills included): how widely an arm's trained rows with spread reach."""
+    from coba_trl.rounds.log import read_rounds
+
+    found = set()
+    for record in read_rounds(output_dir):
+        for batch in [record, *record.get("refills", [])]:
+            for prompt, wins, tries in zip(
+                batch["prompt_ids"], batch["successes"], batch["scored_rollouts"], strict=True
+            ):
+                if 0 < wins < tries:
+                    found.add(prompt)
+    return len(found)
+
+
 def logged_sum(log_history: list[dict], key: str) -> float | None:
     """The sum of a per-round metric over the log records that carry it (None: never logged)."""
     values = [record[key] for record in log_history if key in record]
@@ -211,6 +228,8 @@ def train_arm(arm: str, options, warm_state: dict, tokenizer, train) -> dict:
         "generated": generated,
         "rows_trained": logged_sum(history, "coba/rows_trained"),
         "rows_with_spread": logged_sum(history, "coba/rows_with_spread"),
+        "prompts_with_spread": distinct_prompts_with_spread(trainer.args.output_dir),
+        "prompts": len(train),
         "seconds": seconds,
     }
 
@@ -232,8 +251,9 @@ def table(results: list[dict]) -> list[str]:
     reference = next((per_row(r) for r in results if r["arm"] == REFERENCE), (None, None))
     lines = [
         "| arm | optimizer steps | rollouts generated | rows trained | rows with spread | generated per row with "
-        f"spread | ms per row with spread | generated per row, / `{REFERENCE}` | ms per row, / `{REFERENCE}` |",
-        "|---|---|---|---|---|---|---|---|---|",
+        f"spread | ms per row with spread | generated per row, / `{REFERENCE}` | ms per row, / `{REFERENCE}` | "
+        "share of distinct prompts with a group with spread |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for result in results:
         generated_per_row, seconds_per_row = per_row(result)
@@ -247,6 +267,7 @@ def table(results: list[dict]) -> list[str]:
             "" if seconds_per_row is None else f"{seconds_per_row * 1e3:.2f}",
             _ratio(generated_per_row, reference[0]),
             _ratio(seconds_per_row, reference[1]),
+            _ratio(result.get("prompts_with_spread"), result.get("prompts")),
         ]
         lines.append("| " + " | ".join(cells) + " |")
     return lines
@@ -381,10 +402,12 @@ def json_records(results: list[dict], limit: float | None) -> list[dict]:
             "rows_trained": result["rows_trained"],
             "rows_with_spread": result["rows_with_spread"],
             "generated_per_row_with_spread": per_row(result)[0],
+            "prompts_with_spread": result["prompts_with_spread"],
+            "prompts": result["prompts"],
         }
         for result in results
     ]
-    none = dict.fromkeys(("generated", "rows_trained", "rows_with_spread"))
+    none = dict.fromkeys(("generated", "rows_trained", "rows_with_spread", "prompts_with_spread", "prompts"))
     return [*records, {"arm": "limit", **none, "generated_per_row_with_spread": limit}]
 
 

@@ -31,6 +31,7 @@ def test_the_savings_benchmark_writes_each_arms_counts_and_the_limit(tmp_path):
         "--json", str(out), "--output-dir", str(tmp_path / "runs"))  # fmt: skip
     records = json.loads(out.read_text())
     keys = {"arm", "generated", "rows_trained", "rows_with_spread", "generated_per_row_with_spread"}
+    keys |= {"prompts_with_spread", "prompts"}  # the breadth beside the diagnostic
     assert [record["arm"] for record in records] == [*arms, "limit"]
     assert all(set(record) == keys for record in records)
     for record in records[:-1]:
@@ -40,6 +41,15 @@ def test_the_savings_benchmark_writes_each_arms_counts_and_the_limit(tmp_path):
                 record["generated"] / record["rows_with_spread"]
             )
     assert records[-1]["generated_per_row_with_spread"] >= 1.0
+    for record in records[:-1]:  # recounted from the allocation log: prompts whose group had a spread of successes
+        visits = [v for r in read_rounds(tmp_path / "runs" / record["arm"]) for v in [r, *r.get("refills", [])]]
+        spread = {
+            p
+            for v in visits
+            for p, w, n in zip(v["prompt_ids"], v["successes"], v["scored_rollouts"], strict=True)
+            if 0 < w < n
+        }
+        assert record["prompts_with_spread"] == len(spread) and record["prompts"] == 128
 
 
 @pytest.mark.slow
@@ -101,3 +111,13 @@ def test_rollouts_to_accuracy_runs_every_arm_to_the_same_generated_rollouts_and_
         assert record["crossings"][arm]["absolute_0"]["generated"] == 0  # reached before RL
         assert record["crossings"][arm]["absolute_1.1"] is None  # never reached
     assert curves["dapo"][-1]["step"] < grpo[-1]["step"]  # refill reaches the budget in fewer steps
+
+
+def test_distinct_prompts_with_spread_count_refill_batches_and_each_prompt_once(tmp_path):
+    bench = load_benchmark("rollout_savings")
+    first = {"prompt_ids": [0, 1, 2], "successes": [0, 3, 8], "scored_rollouts": [8, 8, 8]}  # only 1 has spread
+    refill = {"prompt_ids": [3, 4], "successes": [2, 0], "scored_rollouts": [8, 8]}  # 3 has spread
+    later = {"prompt_ids": [1, 0], "successes": [4, 8], "scored_rollouts": [8, 8], "refills": []}  # 1 again
+    lines = [json.dumps({**first, "refills": [refill]}), json.dumps(later)]
+    (tmp_path / "coba_rounds.jsonl").write_text("\n".join(lines) + "\n")
+    assert bench.distinct_prompts_with_spread(str(tmp_path)) == 2
