@@ -170,6 +170,43 @@ def seconds_rows(runs: dict, shares: dict[str, float]) -> list[str]:
     return rows
 
 
+def rows_with_spread_by(run: dict, step: int, steps_per_generation: int) -> float:
+    """Rows from groups with spread the run had trained when optimizer step `step` ended: each round's rows (every
+    phase) spread evenly over its `steps_per_generation` optimizer steps."""
+    return sum(
+        r["rows_with_spread"] * min(1.0, max(0.0, (step - r["step"]) / steps_per_generation))
+        for r in run["rounds"]
+        if r.get("rows_with_spread") is not None
+    )
+
+
+def decomposition_rows(runs: dict, protocol: dict) -> list[str]:
+    """At `GOAL`, per arm the ratio of rollouts to `grpo`'s split into two factors whose product it is: trained rows
+    with spread by the crossing (how many useful rows the arm needed) and generated rollouts per such row (what each
+    cost). Medians over the warm starts where both reach it."""
+    from studies.protocols.frontier import THRESHOLDS
+
+    found = crossings(runs, {GOAL: THRESHOLDS[GOAL]})
+    per_generation = protocol["steps_per_generation"]
+    rows = ["| arm | warm starts | rollouts / `grpo`'s | rows with spread / `grpo`'s | rollouts per row with spread / "
+            "`grpo`'s |", "|---|---|---|---|---|"]  # fmt: skip
+    for arm, units in runs.items():
+        factors = []
+        for (warm, seed), run in units.items():
+            mine, base = found[arm][GOAL].get(warm), found["grpo"][GOAL].get(warm)
+            if mine is None or base is None or not base["generated"]:
+                continue
+            useful = rows_with_spread_by(run, mine["step"], per_generation)
+            base_useful = rows_with_spread_by(runs["grpo"][(warm, seed)], base["step"], per_generation)
+            if not useful or not base_useful:
+                continue
+            rollouts = mine["generated"] / base["generated"]
+            factors.append((rollouts, useful / base_useful, rollouts / (useful / base_useful)))
+        cells = [f"{np.median([f[i] for f in factors]):.2f}" for i in range(3)] if factors else ["", "", ""]
+        rows.append(f"| `{arm}` | {len(factors)} | " + " | ".join(cells) + " |")
+    return rows
+
+
 def at_equal_rollouts_rows(runs: dict, protocol: dict) -> list[str]:
     """Mean avg@k over the warm starts at shares of the budget: each run's last point at or below that many
     generated rollouts (the stop's point for the whole budget)."""
@@ -283,6 +320,15 @@ def crossing_lines(runs: dict, protocol: dict, heading: str) -> list[str]:
         "thread each: seconds depend on what shared the machine. Descriptive.",
         "",
         *seconds_rows(runs, THRESHOLDS),
+        "",
+        f"{heading}what the rollouts to `grpo`'s final accuracy bought",
+        "",
+        "At each arm's crossing of `grpo_final`: its rollouts over `grpo`'s, split into the trained rows from groups "
+        "with spread it needed by then over `grpo`'s (below 1: each useful row taught more) and the rollouts it "
+        "generated per such row over `grpo`'s (below 1: less spent on groups without spread). The first factor times "
+        "the second is the first column, per warm start; medians here. Descriptive.",
+        "",
+        *decomposition_rows(runs, protocol),
         "",
         f"{heading}accuracy at equal generated rollouts along the curve",
         "",
