@@ -70,3 +70,16 @@ def test_the_goal_needs_half_of_grpos_rollouts_in_every_warm_start():
         "fast": {unit: {**r, "generated_curve": [[5, 700], [10, 1280]]} for unit, r in runs["fast"].items()},
     }
     assert "met by no arm" in "\n".join(crossings.crossing_rows(slower, {"seeds": [0]}, {"grpo_final": 1.0}))
+
+
+def test_rows_with_spread_by_a_step_count_each_rounds_rows_over_its_optimizer_steps():
+    crossings = load_benchmark("studies.report.crossings")
+    record = {"rounds": [{"step": 0, "rows_with_spread": 200}, {"step": 2, "rows_with_spread": 100}]}
+    assert [crossings.rows_with_spread_by(record, step, 2) for step in (0, 1, 2, 3, 4, 9)] == [
+        0,
+        100,
+        200,
+        250,
+        300,
+        300,
+    ]
