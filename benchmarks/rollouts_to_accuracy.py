@@ -13,7 +13,8 @@ generated and the training seconds (evaluations left out) by then. An arm that h
 regime's last step (its learning-rate schedule is the regime's) stops there, and its generated count says so. The thresholds are fixed before any arm runs:
 the warm start's avg@16 plus 50% and 90% of `grpo`'s gain, and `grpo`'s final avg@16 (with `grpo` among the arms),
 and any `--absolute` values. Per arm and threshold it reports the generated rollouts and seconds at the first
-evaluation at or above it (none: not reached), and each arm's avg@16 at its stop. `--json FILE` writes all of it,
+evaluation at or above it (none: not reached), and each arm's avg@16 at 25%, 50%, 75% and 100% of the budget (its
+last evaluation at or below that many generated rollouts). `--json FILE` writes all of it,
 every arm's curve included, so the crossings can be recomputed from the curves. Counts are deterministic on a
 machine; seconds depend on its load (printed before and after).
 """
@@ -36,6 +37,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 RELATIVE = (("grpo_gain_50", 0.5), ("grpo_gain_90", 0.9), ("grpo_final", 1.0))  # shares of grpo's gain
+SHARES = (0.25, 0.5, 0.75, 1.0)  # of the rollout budget, where each arm's avg@16 is read side by side
 
 
 def thresholds(curves: dict[str, list[dict]], absolute: list[float]) -> dict[str, float]:
@@ -54,6 +56,16 @@ def crossing(curve: list[dict], threshold: float) -> dict | None:
         if point["avg"] >= threshold:
             return {key: point[key] for key in ("step", "generated", "seconds")}
     return None
+
+
+def at_equal_rollouts(curve: list[dict], budget: int, shares=SHARES) -> dict[str, float]:
+    """avg@16 at each share of the rollout budget: the last evaluation at or below that many generated rollouts (at
+    the whole budget, the arm's last evaluation, where it stopped)."""
+    held = {}
+    for share in shares:
+        points = curve if share == 1.0 else [p for p in curve if p["generated"] <= share * budget]
+        held[f"{share:g}"] = points[-1]["avg"]
+    return held
 
 
 def train_arm(arm: str, options, warm_state: dict, tokenizer, train, heldout) -> list[dict]:
@@ -148,11 +160,15 @@ def main(argv: list[str] | None = None) -> int:
     for arm, curve in curves.items():
         cells = [f"{c['generated']:,} / {c['seconds']:.0f}" if c else "not reached" for c in crossings[arm].values()]
         print(f"| {arm} | {curve[-1]['avg']:.3f} | {curve[-1]['generated']:,} | " + " | ".join(cells) + " |")
+    held = {arm: at_equal_rollouts(curve, options.rollouts) for arm, curve in curves.items()}
+    print("| arm | " + " | ".join(f"avg@16 at {float(share):.0%} of {options.rollouts:,}" for share in SHARES) + " |")
+    for arm, values in held.items():
+        print(f"| {arm} | " + " | ".join(f"{value:.3f}" for value in values.values()) + " |")
     print(f"load {', '.join(f'{value:.2f}' for value in os.getloadavg())} at the end", flush=True)
     if options.json:
         os.makedirs(os.path.dirname(os.path.abspath(options.json)), exist_ok=True)
         record = {"regime": options.regime, "seed": options.seed, "rollouts": options.rollouts, "thresholds": marks,
-                  "crossings": crossings, "curves": curves, "machine": machine_line()}  # fmt: skip
+                  "crossings": crossings, "at_equal_rollouts": held, "curves": curves, "machine": machine_line()}  # fmt: skip
         with open(options.json, "w") as handle:
             json.dump(record, handle, indent=1)
     return 0

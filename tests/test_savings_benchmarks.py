@@ -108,6 +108,9 @@ def test_rollouts_to_accuracy_runs_every_arm_to_the_same_generated_rollouts_and_
             first = next((p for p in curve if p["avg"] >= value), None)
             expected = None if first is None else {k: first[k] for k in ("step", "generated", "seconds")}
             assert record["crossings"][arm][name] == expected
+        for share, value in record["at_equal_rollouts"][arm].items():  # the last evaluation within that budget
+            within = [p for p in curve if float(share) == 1.0 or p["generated"] <= float(share) * record["rollouts"]]
+            assert value == within[-1]["avg"]
         assert record["crossings"][arm]["absolute_0"]["generated"] == 0  # reached before RL
         assert record["crossings"][arm]["absolute_1.1"] is None  # never reached
     assert curves["dapo"][-1]["step"] < grpo[-1]["step"]  # refill reaches the budget in fewer steps
