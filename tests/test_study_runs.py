@@ -111,6 +111,34 @@ def test_study_4_units_record_small_json_and_the_report_regenerates_byte_for_byt
     assert "over the 2 warm starts (t with 1 degree of freedom)" in report and "re-analysis" not in report
 
 
+@pytest.mark.slow
+def test_study_7_records_the_avg_curve_by_level_and_where_rollouts_went_and_reports_the_crossings(tmp_path):
+    paths = load_benchmark("studies.paths")
+    output_dir, docs_dir = str(tmp_path / "raw"), tmp_path / "docs"
+    run("frontier", "--quick", "--workers", "1", "--arms", "grpo", "dapo", "--output_dir", output_dir)
+    with open(paths.run_path(os.path.join(output_dir, "frontier"), "dapo", 0, warm_seed=1, legacy=False)) as handle:
+        record = json.load(handle)
+    assert len(record["curve_by_level"]) == len(record["accuracy_curve"])  # avg@k per level at every evaluation
+    assert set(record["curve_by_level"][0]) == {"0", "1", "2", "3", "4"}
+    assert [step for step, _ in record["step_seconds"]] == list(range(1, record["optimizer_steps"] + 1))
+    generated = sum(sum(r["by_level"].values()) for r in record["level_rounds"])
+    assert generated == record["rollouts_generated"]  # every phase of every round, refills included
+    assert all(sum(r["by_level"].values()) == sum(r["by_pass_rate"].values()) for r in record["level_rounds"])
+    with open(os.path.join(output_dir, "protocol.json")) as handle:  # the report of the two arms that ran
+        recorded = json.load(handle)
+    recorded["arms"] = {arm: recorded["arms"][arm] for arm in ("grpo", "dapo")}
+    with open(os.path.join(output_dir, "protocol.json"), "w") as handle:
+        json.dump(recorded, handle)
+    study = dataclasses.replace(
+        load_benchmark("studies.protocols").load_study("frontier"), arms=recorded["arms"],
+        comparisons=(("dapo", "grpo"),),
+    )  # fmt: skip
+    load_benchmark("studies.report.pages").write_report(study, output_dir, str(docs_dir))
+    report = (docs_dir / "frontier.md").read_text()
+    assert "rollouts to each threshold" in report and "| `dapo` | `grpo_final` | " in report
+    assert "where the rollouts went" in report and "**Goal, first half**" in report
+
+
 @pytest.mark.parametrize("name", ["phases", "warm_starts", "rollout_savings", "rollout_savings_hard"])
 def test_committed_raw_results_regenerate_the_study_page_byte_for_byte(tmp_path, name):
     study = load_benchmark("studies.protocols").load_study(name)
