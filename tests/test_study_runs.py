@@ -139,7 +139,7 @@ def test_study_7_records_the_avg_curve_by_level_and_where_rollouts_went_and_repo
     assert "where the rollouts went" in report and "**Goal, first half**" in report
 
 
-@pytest.mark.parametrize("name", ["phases", "warm_starts", "rollout_savings", "rollout_savings_hard"])
+@pytest.mark.parametrize("name", ["phases", "warm_starts", "rollout_savings", "rollout_savings_hard", "frontier"])
 def test_committed_raw_results_regenerate_the_study_page_byte_for_byte(tmp_path, name):
     study = load_benchmark("studies.protocols").load_study(name)
     root = os.path.join(os.path.dirname(__file__), "..")
