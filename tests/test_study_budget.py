@@ -156,9 +156,10 @@ def test_the_rollout_savings_benchmark_lists_study_5s_arms_and_checks_them_befor
         {"arm": "grpo", "steps": 100, "generated": 12_800, "rows_trained": 12_800, "rows_with_spread": 6_400},
     ]
     results[0]["seconds"], results[1]["seconds"] = 51.2, 64.0
+    results[0].update(prompts_with_spread=96, prompts=128)  # grpo's record predates the breadth count: left blank
     rows = bench.table(results)
-    assert rows[2].endswith("| 1.250 | 5.00 | 1.000 | 1.000 |")
-    assert rows[3].endswith("| 2.000 | 10.00 | 1.600 | 2.000 |")
+    assert rows[2].endswith("| 1.250 | 5.00 | 1.000 | 1.000 | 0.750 |")
+    assert rows[3].endswith("| 2.000 | 10.00 | 1.600 | 2.000 |  |")
 
 
 def test_rollouts_to_reach_grpos_final_accuracy_read_the_generated_count_at_the_first_evaluation_past_it():
