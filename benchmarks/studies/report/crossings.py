@@ -275,6 +275,7 @@ def frontier_rows(runs: dict) -> list[str]:
         middle = min(points, key=lambda p: abs(p["step"] - run["optimizer_steps"] / 2))
         halves.append(float(run["heldout_sampled_accuracy"]) - middle["avg"])
     error = float(np.std(gains, ddof=1) / math.sqrt(len(gains))) if len(gains) > 1 else float("nan")
+    in_errors = f"{np.mean(gains) / error:.1f} standard errors" if error > 0 else "no spread between warm starts"
     return [
         "| quarter of the rounds | 1 | 2 | 3 | 4 |",
         "|---|---|---|---|---|",
@@ -292,7 +293,7 @@ def frontier_rows(runs: dict) -> list[str]:
         + " |",
         "",
         f"`grpo`'s avg@k gain: {np.mean(gains):+.3f} (standard error {error:.3f} over {len(gains)} warm starts: "
-        f"{np.mean(gains) / error:.1f} standard errors); from the evaluation nearest the middle of the run to the stop "
+        f"{in_errors}); from the evaluation nearest the middle of the run to the stop "
         f"{np.mean(halves):+.3f}.",
     ]
 
