@@ -80,7 +80,8 @@ def level_rounds(rounds: list, levels: list[int]) -> list[dict]:
         for prompt_id, size, rate in zip(prompt_ids, sizes, pooled, strict=True):
             level = str(levels[int(prompt_id)])
             by_level[level] = by_level.get(level, 0) + int(size)
-            by_rate[_pass_rate_bin(rate)] = by_rate.get(_pass_rate_bin(rate), 0) + int(size)
+            kind = _pass_rate_bin(rate)
+            by_rate[kind] = by_rate.get(kind, 0) + int(size)
         records.append({"step": step, "by_level": dict(sorted(by_level.items())), "by_pass_rate": by_rate})
     return records
 

@@ -18,6 +18,7 @@ import numpy as np
 
 from studies.analysis import LEVEL, holm, paired_test
 from studies.report.formats import median_range
+from studies.run import PASS_RATE_BINS
 
 GOAL = "grpo_final"
 SHARES_OF_BUDGET = (0.25, 0.5, 0.75, 1.0)
@@ -237,7 +238,7 @@ def where_rows(runs: dict) -> list[str]:
     the prompt had before the round (mean over warm starts)."""
     levels = sorted({level for units in runs.values() for run in units.values()
                      for record in run["level_rounds"] for level in record["by_level"]}, key=int)  # fmt: skip
-    bins = ("unseen", "0", "(0, 0.25]", "(0.25, 0.5]", "(0.5, 0.75]", "(0.75, 1)", "1")
+    bins = PASS_RATE_BINS  # the bins the runs recorded
     rows = ["| arm | quarter | " + " | ".join(f"level {level}" for level in levels) + " | "
             + " | ".join(f"p {name}" for name in bins) + " |",
             "|---|---|" + "---|" * (len(levels) + len(bins))]  # fmt: skip
