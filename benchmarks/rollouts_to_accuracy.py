@@ -72,7 +72,7 @@ def train_arm(arm: str, options, warm_state: dict, tokenizer, train, heldout) ->
     """One arm from the warm start to the rollout budget; its avg@16 curve."""
     from rollout_savings import arm_trainer
     from studies.budget import GeneratedRolloutBudget
-    from studies.task import sampled_pass_rates
+    from studies.task import level_means, sampled_pass_rates
     from transformers import TrainerCallback
 
     curve, clock = [], {"eval": 0.0, "start": 0.0}
@@ -80,10 +80,7 @@ def train_arm(arm: str, options, warm_state: dict, tokenizer, train, heldout) ->
     def measure(step: int, generated: int, model) -> None:
         start = time.perf_counter()
         rates = sampled_pass_rates(model, tokenizer, heldout, options.samples, options.max_completion_length, 1234)
-        by_level = {}
-        for level in sorted({p.level for p in heldout}):
-            hits = [r for r, p in zip(rates, heldout, strict=True) if p.level == level]
-            by_level[str(level)] = sum(hits) / len(hits)
+        by_level = level_means(rates, heldout)
         seconds = start - clock["start"] - clock["eval"]
         curve.append({"step": step, "generated": generated, "seconds": round(seconds, 2), "avg": sum(rates) / len(rates),
                       "by_level": by_level})  # fmt: skip

@@ -116,7 +116,7 @@ def timing_callbacks(samples: int = 0):
     from transformers import TrainerCallback
 
     from coba_trl.demo.run import HeldoutAccuracyCallback
-    from studies.task import sampled_pass_rates
+    from studies.task import level_means, sampled_pass_rates
 
     class Clock(TrainerCallback):
         def __init__(self):
@@ -141,10 +141,8 @@ def timing_callbacks(samples: int = 0):
                 if not samples:
                     return super()._accuracy()
                 rates = sampled_pass_rates(self.model, self.tokenizer, self.problems, samples, self.max_new_tokens)
-                levels = {}
-                for rate, problem in zip(rates, self.problems, strict=True):
-                    levels.setdefault(str(problem.level), []).append(rate)
-                self.by_level.append({level: round(float(np.mean(v)), 4) for level, v in sorted(levels.items())})
+                means = level_means(rates, self.problems)
+                self.by_level.append({level: round(float(value), 4) for level, value in means.items()})
                 return float(np.mean(rates))
             finally:
                 self.clock.eval_seconds += time.perf_counter() - eval_start

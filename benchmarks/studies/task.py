@@ -54,3 +54,11 @@ def sampled_pass_rates(model, tokenizer, problems, samples: int, max_new_tokens:
                 rates.append(sum(extract_integer_answer(a) == problem.answer for a in answers) / len(answers))
     model.train()
     return rates
+
+
+def level_means(rates: list, problems) -> dict[str, float]:
+    """The mean of `rates` over the problems of each level, keyed by the level as a string, in level order."""
+    levels: dict[int, list] = {}
+    for rate, problem in zip(rates, problems, strict=True):
+        levels.setdefault(problem.level, []).append(rate)
+    return {str(level): sum(values) / len(values) for level, values in sorted(levels.items())}
