@@ -16,6 +16,7 @@ rollouts (and training seconds) at the first evaluation at or above the threshol
 from studies.declaration import Study
 from studies.protocols.rollout_savings_hard import ARMS as STUDY_6_ARMS
 from studies.protocols.rollout_savings_hard import PROTOCOL as STUDY_6_PROTOCOL
+from studies.protocols.warm_starts import QUICK as STUDY_4_QUICK
 
 PROTOCOL: dict = {
     **STUDY_6_PROTOCOL,  # the demo's model and RL settings, the budget rule ("grpo"), the margin 0.02
@@ -44,21 +45,7 @@ STUDY = Study(
     label="Study 7",
     protocol=PROTOCOL,
     arms=ARMS,
-    quick={
-        "num_train_prompts": 16,
-        "num_heldout": 20,
-        "num_warm_start_problems": 200,
-        "warm_start_steps": 3,
-        "prompts_per_round": 4,
-        "num_generations": 4,
-        "max_generations": 8,
-        "max_steps": 4,
-        "eval_steps": 2,
-        "curve_samples": 2,
-        "conversion_samples": 2,
-        "warm_start_seeds": [0, 1],
-        "seeds": [0],
-    },
+    quick={**STUDY_4_QUICK, "curve_samples": 2},  # study 4's tiny sizes, avg@2 on the curve
     marker="frontier",
     plot_prefix="frontier",
     output_dir="benchmarks/results/frontier",
