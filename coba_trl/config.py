@@ -165,6 +165,13 @@ class CoBAConfig(_GRPOConfig):
             Dataset column holding an offline pass-rate estimate in [0, 1] (NaN or None = unknown), used for prompts
             without history so allocation can start at the first step, and as the prior mean m_i of
             `pass_rate_prior_strength`.
+        pass_rate_neighbour_column (`str` or `None`, *optional*, defaults to `None`):
+            Dataset column that puts prompts into neighbourhoods (a difficulty level, a topic, a source; None or NaN =
+            none). A prompt's prior pass rate becomes its neighbourhood's current mean: the mean pass rate of the
+            neighbourhood's prompts that have a history. Prompts without history start from it (an offline prior from
+            `prior_pass_rate_column` comes first), so allocation acts from the second round of the first epoch on,
+            and with `pass_rate_prior_strength` > 0 every prompt is shrunk towards it, so a prompt last seen unsolved
+            gets budget again when its neighbours start succeeding. A project extension, not in the released code.
     """
 
     budget_allocator: str = field(
@@ -312,6 +319,14 @@ class CoBAConfig(_GRPOConfig):
     prior_pass_rate_column: str | None = field(
         default=None,
         metadata={"help": "Dataset column with an offline pass-rate estimate used for prompts without history."},
+    )
+    pass_rate_neighbour_column: str | None = field(
+        default=None,
+        metadata={
+            "help": "Dataset column grouping prompts into neighbourhoods (level, topic, source): a prompt's prior pass "
+            "rate is its neighbourhood's current mean pass rate (for unseen prompts, and the shrinkage target of "
+            "pass_rate_prior_strength)."
+        },
     )
 
     def __post_init__(self):

@@ -87,7 +87,8 @@ class CoBAGRPOTrainer(GRPOTrainer):
             )
         check_construction(args, train_dataset, reward_funcs, kwargs)
         check_vllm_installed(args.use_vllm)
-        self._coba_columns = [c for c in (args.prompt_id_column, args.prior_pass_rate_column) if c is not None]
+        columns = (args.prompt_id_column, args.prior_pass_rate_column, args.pass_rate_neighbour_column)
+        self._coba_columns = list(dict.fromkeys(c for c in columns if c is not None))
         with built_by_trl() if args.use_vllm else nullcontext():  # TRL builds coba-trl's vLLM backend (generation/)
             super().__init__(model, reward_funcs, args, train_dataset, **kwargs)
         check_context_length(self.model, self.processing_class, train_dataset, args)

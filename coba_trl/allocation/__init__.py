@@ -16,6 +16,7 @@ from .coba import CoBAAllocator, coba_allocate
 from .factory import ALLOCATORS, build_allocator
 from .history import PassRateHistory
 from .knapsack import KnapsackAllocator
+from .neighbours import NeighbourhoodPrior
 from .solver import greedy_counts
 from .uniform import UniformAllocator
 from .values import CoBAGains, KnapsackGains, adaptive_tau, coba_value, knapsack_value
@@ -29,6 +30,7 @@ __all__ = [
     "FailureRateTracker",
     "KnapsackAllocator",
     "KnapsackGains",
+    "NeighbourhoodPrior",
     "PassRateHistory",
     "UniformAllocator",
     "adaptive_tau",

@@ -29,6 +29,7 @@ import numpy as np
 import torch
 from accelerate.utils import gather_object
 
+from coba_trl.allocation.neighbours import NeighbourhoodPrior, combined_prior
 from coba_trl.distributed import shared_call
 from coba_trl.rounds.batches import GenerationBatch, combined, round_record
 from coba_trl.rounds.grouping import deal_groups, expand_rows, expected_length_weight
@@ -86,6 +87,7 @@ class RoundRunner:
         self.draws_prompts = self.refill or args.skip_settled_prompts  # a variable number of prompts per round
         self.allocator = args.build_allocator()
         self.history = args.build_pass_rate_history()
+        self.neighbours = NeighbourhoodPrior() if args.pass_rate_neighbour_column is not None else None
         self.skipper = None
         if args.skip_settled_prompts and args.skip_rule == "spread_chance":
             self.skipper = SpreadChanceSkipper(
@@ -190,6 +192,8 @@ class RoundRunner:
         (from the pass-rate history, the prompts' priors and the screening), shared with every process, once every
         process is found to hold process 0's prompts."""
         check_same_prompts(prompt_ids, self.accelerator)
+        if self.neighbours is not None:  # on every process, so the map is the same everywhere
+            self.neighbours.register(prompt_ids, [row[self.args.pass_rate_neighbour_column] for row in prompts])
         plan, self.replay_round = replayed_plan(self.replay_round, prompt_ids, screening), None
         if plan is None:
             plan = shared_call(lambda: self._allocate(prompts, prompt_ids, screening, budget), self.accelerator)
@@ -199,6 +203,8 @@ class RoundRunner:
     def _allocate(self, prompts: list[dict], prompt_ids: list, screening: Screening | None, budget: int) -> RoundPlan:
         args = self.args
         prior = prior_pass_rates(prompts, args.prior_pass_rate_column)
+        if self.neighbours is not None:
+            prior = combined_prior(prior, self.neighbours.prior(self.history, prompt_ids))
         rescue = args.zero_variance_groups == "rescue"
         return plan_round(
             prompt_ids, self.allocator, self.history, budget, args.max_generations, prior, screening, rescue
@@ -271,6 +277,8 @@ class RoundRunner:
             state["cursor"] = self.source.cursor_state()
         if self.skipper is not None:
             state["skipper"] = self.skipper.state_dict()
+        if self.neighbours is not None:
+            state["neighbourhoods"] = self.neighbours.state_dict()
         return state
 
     def load_state_dict(self, state: dict) -> None:
@@ -285,3 +293,5 @@ class RoundRunner:
             self.source.restore_cursor(state["cursor"])
         if self.skipper is not None and "skipper" in state:
             self.skipper.load_state_dict(state["skipper"])
+        if self.neighbours is not None and "neighbourhoods" in state:
+            self.neighbours.load_state_dict(state["neighbourhoods"])

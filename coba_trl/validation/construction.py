@@ -20,7 +20,13 @@ def check_construction(args, train_dataset, reward_funcs, trainer_kwargs: dict) 
     """Everything `CoBAGRPOTrainer` checks before TRL builds the trainer (`args` is its `CoBAConfig`)."""
     environment_factory = trainer_kwargs.get("environment_factory")
     check_features(environment_factory, train_dataset)
-    check_dataset(train_dataset, args.prompt_id_column, args.prior_pass_rate_column, environment_factory is None)
+    check_dataset(
+        train_dataset,
+        args.prompt_id_column,
+        args.prior_pass_rate_column,
+        environment_factory is None,
+        args.pass_rate_neighbour_column,
+    )
     if trainer_kwargs.get("rollout_func") is None:  # a rollout_func's extra fields reach the rewards as columns too
         check_reward_values(train_dataset, check_reward_columns(reward_funcs, dataset_columns(train_dataset) or []))
     if environment_factory is None and reward_funcs is not None:  # environments add their rewards when built

@@ -69,10 +69,14 @@ def check_prompts(prompts, rows_checked: str = "") -> None:
 
 
 def check_dataset(
-    train_dataset, prompt_id_column: str | None, prior_pass_rate_column: str | None, needs_prompt: bool = True
+    train_dataset,
+    prompt_id_column: str | None,
+    prior_pass_rate_column: str | None,
+    needs_prompt: bool = True,
+    pass_rate_neighbour_column: str | None = None,
 ) -> None:
     """The train set must be a `Dataset`, or an `IterableDataset` with prompt ids, with non-empty prompts (unless its
-    environments write them: `needs_prompt=False`), holding the configured id and prior columns."""
+    environments write them: `needs_prompt=False`), holding the configured id, prior and neighbourhood columns."""
     if train_dataset is None:
         raise ValueError(
             "CoBAGRPOTrainer needs a train_dataset: pass rates are tracked per dataset prompt. Pass a `Dataset` with "
@@ -103,6 +107,7 @@ def check_dataset(
     for field_name, column in (
         ("prompt_id_column", prompt_id_column),
         ("prior_pass_rate_column", prior_pass_rate_column),
+        ("pass_rate_neighbour_column", pass_rate_neighbour_column),
     ):
         if column is not None and column not in columns:
             raise ValueError(
@@ -114,12 +119,27 @@ def check_dataset(
     if prompt_id_column is not None:
         ids = train_dataset[prompt_id_column] if first_rows is None else [row[prompt_id_column] for row in first_rows]
         check_prompt_ids(ids, prompt_id_column)
+    if pass_rate_neighbour_column is not None:
+        column = pass_rate_neighbour_column
+        keys = train_dataset[column] if first_rows is None else [row[column] for row in first_rows]
+        check_neighbourhoods(keys, column)
 
 
 def check_prompt_ids(values, column: str) -> None:
     """Prompt ids key the pass-rate history: each must be hashable, or a list of such values (kept as a tuple)."""
     for row, value in enumerate(values):
         as_prompt_id(value, column, where=f"at row {row}")
+
+
+def check_neighbourhoods(values, column: str) -> None:
+    """Neighbourhood keys group prompts: each must be a scalar that can key a dict (str, int, float, bool) or None."""
+    for row, value in enumerate(values):
+        if value is not None and not isinstance(value, (str, int, float, bool)):
+            raise ValueError(
+                f"pass_rate_neighbour_column {column!r} holds {type(value).__name__} values ({value!r} at row {row}); "
+                "a neighbourhood must be a str, int, float or None (no neighbourhood). Map it to one, e.g. "
+                f"`dataset.map(lambda row: {{{column!r}: str(row[{column!r}])}})`."
+            )
 
 
 def check_prior_values(values, column: str) -> None:
