@@ -27,6 +27,7 @@ def test_every_declaration_compares_its_own_arms_at_temperature_one(tmp_path):
     assert [s.name for s in studies] == [
         "allocators",
         "frontier",
+        "frontier_neighbours",
         "phases",
         "regime",
         "rollout_savings",

@@ -227,3 +227,22 @@ def test_study_7_runs_the_frontier_recipe_with_the_eight_arms_and_an_avg16_curve
     assert args.generation_batch_size == 256 and budget == 150 // 2 * 256
     train, heldout, _ = load_benchmark("studies.task").problem_sets(ours)
     assert len({p.question for p in train}) == 512 and not {p.question for p in train} & {p.question for p in heldout}
+
+
+def test_study_8_is_study_7_with_the_level_as_knapsacks_prior(tmp_path):
+    protocols, study_run = load_benchmark("studies.protocols"), load_benchmark("studies.run")
+    study, study_7 = protocols.load_study("frontier_neighbours"), protocols.load_study("frontier")
+    assert (study.protocol, study.regimes, study.unit) == (study_7.protocol, study_7.regimes, study_7.unit)
+    for control in ("grpo", "knapsack", "knapsack_skip"):  # their runs are study 7's: the same settings
+        assert study.arms[control] == study_7.arms[control]
+    protocol = {**study.protocol, **study.regimes["frontier"]}
+    for arm, control in (("knapsack_level", "knapsack"), ("knapsack_skip_level", "knapsack_skip")):
+        args = study_run.training_args(protocol, study.arms, arm, 0, str(tmp_path))
+        base = study_run.training_args(protocol, study.arms, control, 0, str(tmp_path))
+        differ = {k for k, v in args.to_dict().items() if v != base.to_dict()[k] and not k.endswith("_dir")}
+        assert differ == {"pass_rate_neighbour_column", "pass_rate_prior_strength"}
+        assert (args.pass_rate_neighbour_column, args.pass_rate_prior_strength) == ("level", 2.0)
+    from coba_trl.demo.task import to_prompt_dataset
+
+    train = load_benchmark("studies.task").problem_sets(protocol)[0]
+    assert "level" in to_prompt_dataset(train).column_names  # the column the new arms name reaches the trainer
