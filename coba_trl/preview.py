@@ -480,6 +480,12 @@ def main(argv: list[str] | None = None) -> Preview:
         fail(" ".join(str(error).split()), parser.prog)
     folder = preview_folder(preview_args, config, argv, parser.prog)
     print(preview.to_markdown())
+    if config.pass_rate_neighbour_column is not None and any(r is None or math.isnan(r) for r in rates):
+        print(
+            f"Not previewed: pass_rate_neighbour_column ({config.pass_rate_neighbour_column!r}). The prompts without "
+            "a pass rate are previewed as unseen; the trainer gives them their neighbourhood's mean pass rate from the "
+            "second round on."
+        )
     paths = write_preview(preview, folder, {"pass_rates": preview_args.pass_rates, "seed": config.seed})
     print(f"Wrote {paths[0]} and {paths[1]}.")
     return preview

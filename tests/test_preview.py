@@ -264,3 +264,13 @@ def test_help_shows_the_example_commands_as_written(capsys):
     out = capsys.readouterr().out
     assert "\n    python -m coba_trl.preview outputs/pass_rates/train_pass_rates.parquet \\\n" in out
     assert "\n        --recipe recipes/qwen2.5-7b-instruct_coba.yaml   # the run a training config describes\n" in out
+
+
+def test_a_neighbour_column_the_preview_does_not_play_is_named(tmp_path, capsys):
+    rates = [0.5, None, 0.25, 0.75] * 16
+    Dataset.from_dict({"pass_rate": rates}).to_parquet(tmp_path / "rates.parquet")
+    args = [str(tmp_path / "rates.parquet"), *SMALL_RUN, "--preview_dir", str(tmp_path / "out")]
+    main([*args, "--pass_rate_neighbour_column", "level"])
+    assert "Not previewed: pass_rate_neighbour_column ('level')" in capsys.readouterr().out
+    main(args)
+    assert "Not previewed" not in capsys.readouterr().out
