@@ -164,8 +164,14 @@ def test_a_missing_neighbour_column_names_the_field(tmp_path):
 
 def test_an_unhashable_neighbourhood_names_the_field_and_the_fix(tmp_path):
     dataset = Dataset.from_dict({"prompt": ["a", "b"], "uid": ["q0", "q1"], "tags": [["x"], ["y"]]})
-    with pytest.raises(ValueError, match="pass_rate_neighbour_column 'tags' holds list.*dataset.map"):
+    with pytest.raises(ValueError, match="pass_rate_neighbour_column 'tags' holds list.*at row 0.*dataset.map"):
         _trainer(tmp_path, dataset, pass_rate_neighbour_column="tags")
+
+
+def test_a_streamed_value_that_cannot_be_a_neighbourhood_names_the_column_when_drawn():
+    neighbours = NeighbourhoodPrior()
+    with pytest.raises(ValueError, match="pass_rate_neighbour_column 'topic' holds dict.*prompt 'q3'.*dataset.map"):
+        neighbours.register(["q2", "q3"], ["algebra", {"name": "x"}], "topic")
 
 
 def test_the_column_survives_remove_unused_columns(tmp_path):

@@ -30,6 +30,21 @@ from .history import PassRateHistory, _plain, prompt_id_from_json
 _UNREGISTERED = object()
 
 
+def neighbourhood_key(value, column: str, where: str = "") -> Hashable | None:
+    """The key `value` of `pass_rate_neighbour_column` `column` is kept under: itself as a Python scalar, None for
+    None or NaN (no neighbourhood); a `ValueError` naming the column and the fix for anything else."""
+    value = _plain(value)
+    if isinstance(value, float) and math.isnan(value):  # a missing value in a float column
+        return None
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    raise ValueError(
+        f"pass_rate_neighbour_column {column!r} holds {type(value).__name__} values ({value!r}{where}); a "
+        "neighbourhood must be a str, int, float or None (no neighbourhood). Map it to one, e.g. "
+        f"`dataset.map(lambda row: {{{column!r}: str(row[{column!r}])}})`."
+    )
+
+
 class NeighbourhoodPrior:
     """Which neighbourhood each prompt is in, and each neighbourhood's current mean pass rate (module docstring).
 
@@ -45,16 +60,18 @@ class NeighbourhoodPrior:
     def __len__(self) -> int:
         return len(self._members)
 
-    def register(self, prompt_ids: Sequence[Hashable], neighbourhoods: Sequence[Hashable | None]) -> None:
-        """Record the neighbourhood of each prompt (`None`: none)."""
+    def register(
+        self, prompt_ids: Sequence[Hashable], neighbourhoods: Sequence[Hashable | None], column: str = "level"
+    ) -> None:
+        """Record the neighbourhood of each prompt (`None` or NaN: none); `column` is named in the error on a value
+        that cannot be a neighbourhood (`neighbourhood_key`)."""
         if len(prompt_ids) != len(neighbourhoods):
             raise ValueError(
                 f"register needs one neighbourhood per prompt id, got {len(neighbourhoods)} for {len(prompt_ids)}."
             )
         for prompt_id, neighbourhood in zip(prompt_ids, neighbourhoods, strict=True):
-            prompt_id, neighbourhood = _plain(prompt_id), _plain(neighbourhood)
-            if isinstance(neighbourhood, float) and math.isnan(neighbourhood):  # a missing value in a float column
-                neighbourhood = None
+            prompt_id = _plain(prompt_id)
+            neighbourhood = neighbourhood_key(neighbourhood, column, f" for prompt {prompt_id!r}")
             old = self._neighbourhood.get(prompt_id, _UNREGISTERED)
             if old is not _UNREGISTERED and old == neighbourhood:
                 continue

@@ -193,7 +193,8 @@ class RoundRunner:
         process is found to hold process 0's prompts."""
         check_same_prompts(prompt_ids, self.accelerator)
         if self.neighbours is not None:  # on every process, so the map is the same everywhere
-            self.neighbours.register(prompt_ids, [row[self.args.pass_rate_neighbour_column] for row in prompts])
+            column = self.args.pass_rate_neighbour_column
+            self.neighbours.register(prompt_ids, [row[column] for row in prompts], column)
         plan, self.replay_round = replayed_plan(self.replay_round, prompt_ids, screening), None
         if plan is None:
             plan = shared_call(lambda: self._allocate(prompts, prompt_ids, screening, budget), self.accelerator)

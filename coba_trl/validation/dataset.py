@@ -9,6 +9,7 @@ import numbers
 
 from datasets import Dataset, IterableDataset
 
+from coba_trl.allocation.neighbours import neighbourhood_key
 from coba_trl.rounds.source import as_prompt_id
 
 PROMPT_LAYOUTS = (
@@ -132,14 +133,9 @@ def check_prompt_ids(values, column: str) -> None:
 
 
 def check_neighbourhoods(values, column: str) -> None:
-    """Neighbourhood keys group prompts: each must be a scalar that can key a dict (str, int, float, bool) or None."""
+    """Neighbourhood keys group prompts: each must be a str, int, float or bool, or None / NaN for none."""
     for row, value in enumerate(values):
-        if value is not None and not isinstance(value, (str, int, float, bool)):
-            raise ValueError(
-                f"pass_rate_neighbour_column {column!r} holds {type(value).__name__} values ({value!r} at row {row}); "
-                "a neighbourhood must be a str, int, float or None (no neighbourhood). Map it to one, e.g. "
-                f"`dataset.map(lambda row: {{{column!r}: str(row[{column!r}])}})`."
-            )
+        neighbourhood_key(value, column, f" at row {row}")
 
 
 def check_prior_values(values, column: str) -> None:
