@@ -85,6 +85,22 @@ def test_two_process_resume_inside_a_round_is_exact(tmp_path):
 @pytest.mark.slow
 @pytest.mark.distributed
 @pytest.mark.timeout(600)
+def test_neighbourhood_priors_agree_over_two_processes(tmp_path):
+    ranks = _launch(tmp_path, "neighbours")
+    assert ranks[0]["rounds"] == ranks[1]["rounds"] and len(ranks[0]["rounds"]) == 4
+    assert ranks[0]["neighbours"] == ranks[1]["neighbours"]  # every process registered every prompt's level
+    assert sorted(key for _, key in ranks[0]["neighbours"]["neighbourhoods"]) == [0, 0, 0, 1, 1, 1]
+    assert ranks[0]["history"] == ranks[1]["history"] and ranks[0]["allocator"] == ranks[1]["allocator"]
+    # The second round's prompts start from their level's mean once a prompt of that level was seen, else unseen.
+    first_ids, second_ids = ranks[0]["rounds"][0][0], ranks[0]["rounds"][1][0]
+    seen_levels = {int(uid[1:]) % 2 for uid in first_ids}
+    second = ranks[0]["pass_rates"][1]
+    assert [int(uid[1:]) % 2 in seen_levels for uid in second_ids] == [rate == rate for rate in second]  # NaN: unseen
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+@pytest.mark.timeout(600)
 def test_two_phase_rounds_agree_over_two_processes(tmp_path):
     ranks = _launch(tmp_path, "two-phase")
     assert ranks[0]["rounds"] == ranks[1]["rounds"] and len(ranks[0]["rounds"]) == 4

@@ -128,12 +128,13 @@ class RoundRecorder:
     """Records every training round a CoBA trainer plans: (prompt ids, group sizes), in order."""
 
     def __init__(self, trainer):
-        self.rounds = []
+        self.rounds, self.plans = [], []
         plan_round = trainer.round_runner.plan
 
         def record(*args, **kwargs):
             plan = plan_round(*args, **kwargs)
             self.rounds.append(([str(i) for i in plan.prompt_ids], [int(s) for s in plan.group_sizes]))
+            self.plans.append(plan)
             return plan
 
         trainer.round_runner.plan = record
@@ -157,7 +158,7 @@ def main(out_dir: str, mode: str = "scripted", resume_from: str | None = None) -
 
     `scripted`: scripted uneven group sizes, parity reward. `coba`: the CoBA allocator with a step-dependent success
     reward (`step_parity_reward`: the completions' parity adds a loss), a checkpoint every step (resume with a third argument, the checkpoint folder). `two-phase`: `coba` with two-phase
-    rounds and rescued zero-variance groups. `fail`: `scripted` with an allocator that raises in round 2, on process 0
+    rounds and rescued zero-variance groups. `neighbours`: `coba` with `pass_rate_neighbour_column` (two levels). `fail`: `scripted` with an allocator that raises in round 2, on process 0
     only; every rank writes the error it raised to OUT_DIR/rank{R}.error. `uniform`: the uniform allocator, parity
     reward; `grpo`: TRL's GRPOTrainer in the same layout.
     """
@@ -198,10 +199,14 @@ def main(out_dir: str, mode: str = "scripted", resume_from: str | None = None) -
             raise
         return
     else:
-        two_phase = dict(two_phase_rounds=True, zero_variance_groups="rescue", min_generations=2)
-        two_phase = two_phase if mode == "two-phase" else {}
+        extra = {
+            "two-phase": dict(two_phase_rounds=True, zero_variance_groups="rescue", min_generations=2),
+            "neighbours": dict(pass_rate_neighbour_column="level", pass_rate_prior_strength=2.0),
+        }.get(mode, {})
+        if mode == "neighbours":
+            dataset = dataset.add_column("level", [int(uid[1:]) % 2 for uid in dataset["uid"]])
         args = _odd_layout_args(
-            out_dir, max_steps=8, coba_window=3, pass_rate_window=2, save_strategy="steps", save_steps=1, **two_phase
+            out_dir, max_steps=8, coba_window=3, pass_rate_window=2, save_strategy="steps", save_steps=1, **extra
         )
         reward = step_parity_reward if mode == "coba" else step_reward
         trainer = CoBAGRPOTrainer(model, reward, args=args, train_dataset=dataset, processing_class=tokenizer)
@@ -222,6 +227,10 @@ def main(out_dir: str, mode: str = "scripted", resume_from: str | None = None) -
             rounds=rounds.rounds,
             history=trainer.pass_rate_history.state_dict(),
             allocator=trainer.allocator.state_dict(),
+            pass_rates=[plan.pass_rates.tolist() for plan in rounds.plans],
+            neighbours=None
+            if trainer.round_runner.neighbours is None
+            else trainer.round_runner.neighbours.state_dict(),
         )
     with open(os.path.join(out_dir, f"rank{trainer.accelerator.process_index}.json"), "w") as f:
         json.dump(seen, f)
