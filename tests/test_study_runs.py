@@ -139,7 +139,25 @@ def test_study_7_records_the_avg_curve_by_level_and_where_rollouts_went_and_repo
     assert "where the rollouts went" in report and "**Goal, first half**" in report
 
 
-@pytest.mark.parametrize("name", ["phases", "warm_starts", "rollout_savings", "rollout_savings_hard", "frontier"])
+@pytest.mark.slow
+def test_study_8_runs_knapsack_with_the_level_as_its_prior(tmp_path):
+    paths = load_benchmark("studies.paths")
+    output_dir = str(tmp_path / "raw")
+    run(
+        "frontier_neighbours", "--quick", "--workers", "1", "--arms", "knapsack_skip_level", "--output_dir", output_dir
+    )
+    path = paths.run_path(os.path.join(output_dir, "frontier"), "knapsack_skip_level", 0, warm_seed=1, legacy=False)
+    with open(path) as handle:
+        record = json.load(handle)
+    settings = record["settings"]
+    assert (settings["pass_rate_neighbour_column"], settings["pass_rate_prior_strength"]) == ("level", 2.0)
+    assert (settings["budget_allocator"], settings["zero_variance_groups"]) == ("knapsack", "refill")
+    assert sum(sum(r["by_level"].values()) for r in record["level_rounds"]) == record["rollouts_generated"]
+
+
+@pytest.mark.parametrize(
+    "name", ["phases", "warm_starts", "rollout_savings", "rollout_savings_hard", "frontier", "frontier_neighbours"]
+)
 def test_committed_raw_results_regenerate_the_study_page_byte_for_byte(tmp_path, name):
     study = load_benchmark("studies.protocols").load_study(name)
     root = os.path.join(os.path.dirname(__file__), "..")
