@@ -21,6 +21,12 @@ def _launch(out_dir: Path, *script_args: str) -> list[dict]:
     return run_ranks(SCRIPT, out_dir, *script_args)
 
 
+def _ranks_agree(ranks: list[dict], *keys: str) -> None:
+    """Both processes saw the same of each of `keys` (the plans, history, allocator state...)."""
+    for key in keys:
+        assert ranks[0][key] == ranks[1][key], key
+
+
 @pytest.mark.slow
 @pytest.mark.distributed
 @pytest.mark.timeout(600)
@@ -87,10 +93,9 @@ def test_two_process_resume_inside_a_round_is_exact(tmp_path):
 @pytest.mark.timeout(600)
 def test_neighbourhood_priors_agree_over_two_processes(tmp_path):
     ranks = _launch(tmp_path, "neighbours")
-    assert ranks[0]["rounds"] == ranks[1]["rounds"] and len(ranks[0]["rounds"]) == 4
-    assert ranks[0]["neighbours"] == ranks[1]["neighbours"]  # every process registered every prompt's level
+    _ranks_agree(ranks, "rounds", "neighbours", "history", "allocator")  # every process registered every level
+    assert len(ranks[0]["rounds"]) == 4
     assert sorted(key for _, key in ranks[0]["neighbours"]["neighbourhoods"]) == [0, 0, 0, 1, 1, 1]
-    assert ranks[0]["history"] == ranks[1]["history"] and ranks[0]["allocator"] == ranks[1]["allocator"]
     # The second round's prompts start from their level's mean once a prompt of that level was seen, else unseen.
     first_ids, second_ids = ranks[0]["rounds"][0][0], ranks[0]["rounds"][1][0]
     seen_levels = {int(uid[1:]) % 2 for uid in first_ids}
@@ -103,10 +108,9 @@ def test_neighbourhood_priors_agree_over_two_processes(tmp_path):
 @pytest.mark.timeout(600)
 def test_two_phase_rounds_agree_over_two_processes(tmp_path):
     ranks = _launch(tmp_path, "two-phase")
-    assert ranks[0]["rounds"] == ranks[1]["rounds"] and len(ranks[0]["rounds"]) == 4
-    assert ranks[0]["rows"] == ranks[1]["rows"] == [6] * 4  # screening 3 + the rest 3 on each process, per round
-    assert ranks[0]["rewards"] == ranks[1]["rewards"]
-    assert ranks[0]["history"] == ranks[1]["history"] and ranks[0]["allocator"] == ranks[1]["allocator"]
+    _ranks_agree(ranks, "rounds", "rows", "rewards", "history", "allocator")
+    assert len(ranks[0]["rounds"]) == 4
+    assert ranks[0]["rows"] == [6] * 4  # screening 3 + the rest 3 on each process, per round
     assert all(sum(sizes) == 12 and min(sizes) >= 2 for _, sizes in ranks[0]["rounds"])
     # process 0 wrote the allocation log: the same plans, one line per round
     logged = read_rounds(str(tmp_path))
