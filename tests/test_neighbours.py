@@ -20,7 +20,7 @@ def _history(rounds):
 
 def test_the_prior_is_the_mean_rate_of_the_neighbours_with_history():
     neighbours = NeighbourhoodPrior()
-    neighbours.register(["a", "b", "c", "d", "e"], [1, 1, 1, 2, None])
+    neighbours.register(["a", "b", "c", "d", "e"], [1, 1, 1, 2, None], "level")
     history = _history([(["a", "b"], [2, 8], [8, 8])])  # 0.25 and 1.0; c, d and e unseen
     prior = neighbours.prior(history, ["a", "c", "d", "e"])
     np.testing.assert_allclose(prior[:2], [0.625, 0.625])  # a plain mean over prompts, not pooled over rollouts
@@ -29,15 +29,15 @@ def test_the_prior_is_the_mean_rate_of_the_neighbours_with_history():
 
 def test_a_prompt_that_changes_neighbourhood_leaves_the_old_one():
     neighbours = NeighbourhoodPrior()
-    neighbours.register(["a", "b"], ["x", "x"])
-    neighbours.register(["a"], ["y"])
+    neighbours.register(["a", "b"], ["x", "x"], "level")
+    neighbours.register(["a"], ["y"], "level")
     history = _history([(["a", "b"], [0, 4], [4, 4])])
     np.testing.assert_allclose(neighbours.prior(history, ["a", "b"]), [0.0, 1.0])
 
 
 def test_a_missing_value_in_a_float_column_is_no_neighbourhood():
     neighbours = NeighbourhoodPrior()
-    neighbours.register(["a", "b"], [float("nan"), float("nan")])
+    neighbours.register(["a", "b"], [float("nan"), float("nan")], "level")
     history = _history([(["a", "b"], [0, 4], [4, 4])])
     assert np.isnan(neighbours.prior(history, ["a", "b"])).all()
 
@@ -51,7 +51,7 @@ def test_the_state_round_trips_with_tuple_ids_and_int_levels():
     import json
 
     neighbours = NeighbourhoodPrior()
-    neighbours.register([("p", 1), ("p", 2), "q"], [3, 3, "easy"])
+    neighbours.register([("p", 1), ("p", 2), "q"], [3, 3, "easy"], "level")
     restored = NeighbourhoodPrior()
     restored.load_state_dict(json.loads(json.dumps(neighbours.state_dict())))
     history = _history([([("p", 1), "q"], [1, 3], [4, 4])])
@@ -74,20 +74,14 @@ def test_an_unsolved_prompt_gets_budget_back_when_its_neighbours_start_succeedin
     history = PassRateHistory(window=1, prior_strength=2.0)
     history.update(ids, [0, 4, 5, 3], [8, 8, 8, 8])
     neighbours = NeighbourhoodPrior()
-    neighbours.register(ids, ["level", "level", "level", "far"])
+    neighbours.register(ids, ["level", "level", "level", "far"], "level")
     allocator = KnapsackAllocator(min_budget=2, max_budget=32)
-    released = allocator.allocate(_released(ids, history), 64)
+    successes, rollouts = history.counts(ids)
+    released = allocator.allocate(successes / rollouts, 64)  # the released estimate S_i / N_i
     shrunk_rates = history.pass_rates(ids, prior=neighbours.prior(history, ids))
     assert shrunk_rates[0] == pytest.approx(2 * np.mean([0, 4 / 8, 5 / 8]) / 10)
     shrunk = allocator.allocate(shrunk_rates, 64)
     assert released[0] == 2 and shrunk[0] > 2
-
-
-def _released(ids, history):
-    plain = PassRateHistory(window=1)
-    successes, rollouts = history.counts(ids)
-    plain.update(ids, successes, rollouts)
-    return plain.pass_rates(ids)
 
 
 def _leveled(num_prompts=8, repeats=1):

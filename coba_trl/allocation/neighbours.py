@@ -15,7 +15,7 @@ appearances of each). It serves as the prompt's prior pass rate (`PassRateHistor
 from coba_trl.allocation import NeighbourhoodPrior, PassRateHistory
 
 neighbours = NeighbourhoodPrior()
-neighbours.register(prompt_ids, levels)            # every round, before allocating
+neighbours.register(prompt_ids, levels, "level")   # every round, before allocating
 prior = neighbours.prior(history, prompt_ids)      # NaN where no neighbour has history yet
 pass_rates = history.pass_rates(prompt_ids, prior=prior)
 """
@@ -49,20 +49,15 @@ class NeighbourhoodPrior:
     """Which neighbourhood each prompt is in, and each neighbourhood's current mean pass rate (module docstring).
 
     A prompt's neighbourhood is the one it was last registered with; a prompt registered with `None` (or NaN) has
-    none (its prior is NaN). The state is the prompt -> neighbourhood map (`state_dict`), the same on every process when every
-    process registers the same round.
+    none (its prior is NaN). The state is the prompt -> neighbourhood map (`state_dict`), the same on every process
+    when every process registers the same round.
     """
 
     def __init__(self):
         self._neighbourhood: dict[Hashable, Hashable] = {}
         self._members: dict[Hashable, dict[Hashable, None]] = {}  # neighbourhood -> its prompts, in registration order
 
-    def __len__(self) -> int:
-        return len(self._members)
-
-    def register(
-        self, prompt_ids: Sequence[Hashable], neighbourhoods: Sequence[Hashable | None], column: str = "level"
-    ) -> None:
+    def register(self, prompt_ids: Sequence[Hashable], neighbourhoods: Sequence, column: str) -> None:
         """Record the neighbourhood of each prompt (`None` or NaN: none); `column` is named in the error on a value
         that cannot be a neighbourhood (`neighbourhood_key`)."""
         if len(prompt_ids) != len(neighbourhoods):
@@ -71,21 +66,22 @@ class NeighbourhoodPrior:
             )
         for prompt_id, neighbourhood in zip(prompt_ids, neighbourhoods, strict=True):
             prompt_id = _plain(prompt_id)
-            neighbourhood = neighbourhood_key(neighbourhood, column, f" for prompt {prompt_id!r}")
-            old = self._neighbourhood.get(prompt_id, _UNREGISTERED)
-            if old is not _UNREGISTERED and old == neighbourhood:
-                continue
-            if old is not _UNREGISTERED and old is not None:
-                self._members[old].pop(prompt_id, None)
-            self._neighbourhood[prompt_id] = neighbourhood
-            if neighbourhood is not None:
-                self._members.setdefault(neighbourhood, {})[prompt_id] = None
+            self._assign(prompt_id, neighbourhood_key(neighbourhood, column, f" for prompt {prompt_id!r}"))
 
-    def means(self, history: PassRateHistory, neighbourhoods=None) -> dict[Hashable, float]:
-        """Each neighbourhood's (or each of `neighbourhoods`') mean pass rate over its prompts with history (NaN: none
-        has history yet)."""
+    def _assign(self, prompt_id: Hashable, neighbourhood: Hashable | None) -> None:
+        old = self._neighbourhood.get(prompt_id, _UNREGISTERED)
+        if old is not _UNREGISTERED and old == neighbourhood:
+            return
+        if old is not _UNREGISTERED and old is not None:
+            self._members[old].pop(prompt_id, None)
+        self._neighbourhood[prompt_id] = neighbourhood
+        if neighbourhood is not None:
+            self._members.setdefault(neighbourhood, {})[prompt_id] = None
+
+    def means(self, history: PassRateHistory, neighbourhoods) -> dict[Hashable, float]:
+        """Each of `neighbourhoods`' mean pass rate over its prompts with history (NaN: none has history yet)."""
         means = {}
-        for neighbourhood in self._members if neighbourhoods is None else neighbourhoods:
+        for neighbourhood in neighbourhoods:
             successes, rollouts = history.counts(list(self._members.get(neighbourhood, ())))
             seen = rollouts > 0
             means[neighbourhood] = float(np.mean(successes[seen] / rollouts[seen])) if seen.any() else float("nan")
@@ -107,10 +103,8 @@ class NeighbourhoodPrior:
 
     def load_state_dict(self, state: dict) -> None:
         self._neighbourhood, self._members = {}, {}
-        pairs = [
-            (prompt_id_from_json(prompt_id), prompt_id_from_json(key)) for prompt_id, key in state["neighbourhoods"]
-        ]
-        self.register([prompt_id for prompt_id, _ in pairs], [key for _, key in pairs])
+        for prompt_id, neighbourhood in state["neighbourhoods"]:  # checked when registered
+            self._assign(prompt_id_from_json(prompt_id), neighbourhood)
 
 
 def combined_prior(offline: np.ndarray | None, neighbours: np.ndarray | None) -> np.ndarray | None:
