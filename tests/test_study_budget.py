@@ -238,8 +238,8 @@ def test_study_8_is_study_7_with_the_level_as_knapsacks_prior(tmp_path):
     protocol = {**study.protocol, **study.regimes["frontier"]}
     for arm, control in (("knapsack_level", "knapsack"), ("knapsack_skip_level", "knapsack_skip")):
         args = study_run.training_args(protocol, study.arms, arm, 0, str(tmp_path))
-        base = study_run.training_args(protocol, study.arms, control, 0, str(tmp_path))
-        differ = {k for k, v in args.to_dict().items() if v != base.to_dict()[k] and not k.endswith("_dir")}
+        base = study_run.training_args(protocol, study.arms, control, 0, str(tmp_path)).to_dict()
+        differ = {k for k, v in args.to_dict().items() if v != base[k] and not k.endswith("_dir")}
         assert differ == {"pass_rate_neighbour_column", "pass_rate_prior_strength"}
         assert (args.pass_rate_neighbour_column, args.pass_rate_prior_strength) == ("level", 2.0)
     from coba_trl.demo.task import to_prompt_dataset
