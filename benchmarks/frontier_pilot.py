@@ -62,7 +62,8 @@ def quarter_shares(records: list[dict], levels: list[int]) -> list[dict]:
         quarter = {"rounds": end - start, **_shares([rate for _, rate in groups]), "by_level": {}}
         for level in sorted(set(levels)):
             rates = [rate for lvl, rate in groups if lvl == level]
-            quarter["by_level"][str(level)] = {**_shares(rates), "pass_rate": sum(rates) / len(rates)}
+            pass_rate = sum(rates) / len(rates) if rates else None
+            quarter["by_level"][str(level)] = {**_shares(rates), "pass_rate": pass_rate}
         quarters.append(quarter)
     return quarters
 
@@ -75,6 +76,8 @@ def greedy_curve(output_dir: str) -> list[list]:
 
 
 def _shares(rates: list[float]) -> dict:
+    if not rates:  # no group of this level in these rounds
+        return {"groups": 0, "failed": None, "solved": None, "flat": None}
     failed = sum(rate == 0.0 for rate in rates) / len(rates)
     solved = sum(rate == 1.0 for rate in rates) / len(rates)
     return {"groups": len(rates), "failed": failed, "solved": solved, "flat": failed + solved}
@@ -96,6 +99,12 @@ def run(seed: int, flags: list[str], eval_every: int, samples: int) -> dict:
     script = sys.modules["train_qwen"] = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
     _, args, _, demo = script.parse([*flags, "--budget_allocator", "uniform", "--seed", str(seed)])
+    if args.max_steps // args.steps_per_generation < 4:
+        raise SystemExit(
+            f"--max_steps {args.max_steps} gives {args.max_steps // args.steps_per_generation} rounds of "
+            f"{args.steps_per_generation} steps; the pilot reads the run by quarter of its rounds: give --max_steps "
+            f"at least {4 * args.steps_per_generation}."
+        )
     args.overwrite_output_dir = demo.overwrite_output_dir = True
     train, heldout, _ = demo_problem_sets(
         demo.demo_num_train_prompts,
@@ -237,16 +246,20 @@ def main(argv: list[str] | None = None) -> int:
 
     torch.set_num_threads(1)
     result = run(options.seed, flags, options.eval_every, options.samples)
-    lines = [f"seed {result['seed']}: run {result['run_seconds']} s (+{result['avg16_eval_seconds']} s of avg@16)"]
+    seconds = f"{result['run_seconds']} s (+{result['avg16_eval_seconds']} s of avg@{options.samples})"
+    lines = [f"seed {result['seed']}: run {seconds}"]
     for number, q in enumerate(result["quarters"], start=1):
-        per_level = " ".join(f"{k}:{v['failed']:.2f}/{v['pass_rate']:.2f}" for k, v in q["by_level"].items())
+        per_level = " ".join(
+            f"{k}:{v['failed']:.2f}/{v['pass_rate']:.2f}" if v["groups"] else f"{k}:none"
+            for k, v in q["by_level"].items()
+        )
         lines.append(
             f"Q{number} flat {q['flat']:.3f} (failed {q['failed']:.3f}, solved {q['solved']:.3f}) "
             f"level:failed/pass {per_level}"
         )
     for point in result["avg16_curve"]:
         per_level = " ".join(f"{v:.2f}" for v in point["by_level"].values())
-        lines.append(f"step {point['step']:>4} avg@16 {point['avg']:.3f} [{per_level}]")
+        lines.append(f"step {point['step']:>4} avg@{options.samples} {point['avg']:.3f} [{per_level}]")
     print("\n".join(lines))
     if options.json:
         os.makedirs(os.path.dirname(os.path.abspath(options.json)), exist_ok=True)

@@ -1,0 +1,127 @@
+"""The frontier regime's calibration pilot (`benchmarks/frontier_pilot.py`): a smoke run, the shares it reads from a
+run's allocation log, the criteria it checks over warm starts, and the committed pilots' criteria regenerated."""
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from scripts.benchmarks import load_benchmark
+
+from coba_trl.rounds.log import read_rounds
+
+ROOT = Path(__file__).resolve().parents[1]
+PILOTS = ROOT / "benchmarks" / "results" / "frontier_pilots"
+ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+
+
+def pilot(*argv: str) -> subprocess.CompletedProcess:
+    command = [sys.executable, str(ROOT / "benchmarks" / "frontier_pilot.py"), *argv]
+    return subprocess.run(command, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=600)
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, dict):
+        return set(a) == set(b) and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, list):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, float) and math.isnan(a):
+        return isinstance(b, float) and math.isnan(b)
+    return a == pytest.approx(b, rel=1e-12, abs=1e-12) if isinstance(a, float) else a == b
+
+
+@pytest.mark.slow
+def test_the_pilot_runs_the_recipe_as_grpo_and_reads_its_quarters_from_the_allocation_log(tmp_path):
+    out, runs = tmp_path / "pilot.json", tmp_path / "run"
+    tiny = ["--demo_warm_start_steps", "5", "--max_steps", "8", "--demo_num_train_prompts", "64",
+            "--demo_num_heldout", "10", "--demo_eval_steps", "2", "--output_dir", str(runs)]  # fmt: skip
+    result = pilot("--seed", "0", "--eval-every", "2", "--samples", "2", "--json", str(out), "--",
+                   "--config", "recipes/cpu_demo_frontier.yaml", *tiny)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    record = json.loads(out.read_text())
+    assert record["operands"] == [4, 6, 8, 10, 12] and record["distinct_train_prompts"] == 64
+    assert record["heldout_disjoint"] and sum(record["heldout_per_level"].values()) == 10
+    assert record["guess_chance"]["4"] == pytest.approx(670 / 10_000)  # sums of 4 digits: 18 is likeliest
+    assert [point["step"] for point in record["avg16_curve"]] == [0, 2, 4, 6, 8]  # before RL, every 2 steps
+    rounds = read_rounds(runs)
+    assert len(rounds) == 4 and all(set(r["group_sizes"]) == {8} for r in rounds)  # GRPO: 8 completions a prompt
+    for quarter, logged in zip(record["quarters"], rounds, strict=True):  # 4 rounds: a quarter each
+        rates = [wins / tries for wins, tries in zip(logged["successes"], logged["scored_rollouts"], strict=True)]
+        assert quarter["groups"] == len(rates) == 32
+        assert quarter["failed"] == sum(rate == 0 for rate in rates) / 32
+        assert quarter["solved"] == sum(rate == 1 for rate in rates) / 32
+    summary = pilot("--summarize", str(out), str(out))
+    assert summary.returncode == 0, summary.stderr[-3000:]
+    criteria = json.loads(summary.stdout)
+    assert criteria["warm_starts"] == 2 and criteria["distinct_prompts"]["value"] == 64
+
+
+def test_the_pilot_refuses_a_run_too_short_to_have_four_quarters(tmp_path):
+    result = pilot("--", "--config", "recipes/cpu_demo_frontier.yaml", "--max_steps", "6", "--output_dir",
+                   str(tmp_path))  # fmt: skip
+    assert result.returncode != 0
+    assert "--max_steps 6 gives 3 rounds" in result.stderr and "at least 8" in result.stderr
+
+
+def test_quarter_shares_count_every_group_refills_included_by_level_and_quarter():
+    bench = load_benchmark("frontier_pilot")
+    levels = [0, 0, 1, 1]  # prompts 0 and 1 at level 0, 2 and 3 at level 1
+
+    def round_(successes, refill=None):
+        record = {"prompt_ids": ["0", "1", "2", "3"], "successes": successes, "scored_rollouts": [8, 8, 8, 8]}
+        if refill:
+            record["refills"] = [{"prompt_ids": ["2"], "successes": [refill], "scored_rollouts": [8]}]
+        return record
+
+    records = [round_([0, 8, 0, 0]), round_([0, 4, 0, 0], refill=2), round_([2, 8, 0, 4]), round_([8, 8, 4, 0])]
+    records += [round_([0, 0, 0, 0])] * 4  # 8 rounds: 2 a quarter
+    first, second, third, fourth = bench.quarter_shares(records, levels)
+    assert first["rounds"] == 2 and first["groups"] == 9  # the refill's group counts
+    assert (first["failed"], first["solved"], first["flat"]) == pytest.approx((6 / 9, 1 / 9, 7 / 9))
+    assert first["by_level"]["0"] == {"groups": 4, "failed": 0.5, "solved": 0.25, "flat": 0.75, "pass_rate": 0.375}
+    assert first["by_level"]["1"]["groups"] == 5 and first["by_level"]["1"]["pass_rate"] == pytest.approx(0.25 / 5)
+    assert (second["failed"], second["solved"]) == (2 / 8, 3 / 8)
+    assert third["failed"] == fourth["failed"] == 1.0
+
+
+def test_the_criteria_read_flat_shares_moved_levels_and_the_gain_in_standard_errors():
+    bench = load_benchmark("frontier_pilot")
+
+    def quarter(failed_by_level):
+        by_level = {k: {"failed": f, "solved": 0.0, "flat": f} for k, f in failed_by_level.items()}
+        failed = sum(failed_by_level.values()) / len(failed_by_level)
+        return {"failed": failed, "solved": 0.0, "flat": failed, "by_level": by_level}
+
+    def run(start, middle, end, seconds):
+        curve = [
+            {"step": s, "avg": a, "by_level": {"0": a, "1": a}} for s, a in ((0, start), (50, middle), (100, end))
+        ]
+        quarters = [quarter({"0": 0.8, "1": 0.6}), quarter({"0": 0.6, "1": 0.5}), quarter({"0": 0.4, "1": 0.5})]
+        quarters.append(quarter({"0": 0.3, "1": 0.55}))  # level 0 moves below half, level 1 stays above it
+        return {"quarters": quarters, "avg16_curve": curve, "guess_chance": {"2": 0.1}, "distinct_train_prompts": 512,
+                "heldout_disjoint": True, "run_seconds": seconds, "run_cpu_seconds": seconds}  # fmt: skip
+
+    runs = [run(0.10, 0.20, 0.30, 200), run(0.10, 0.21, 0.32, 250), run(0.10, 0.19, 0.31, 310)]
+    criteria = bench.criteria(runs)
+    assert criteria["flat_first_quarter"] == {"value": pytest.approx(0.7), "failed": pytest.approx(0.7), "holds": True}
+    assert criteria["failed_share_fall"]["value"] == pytest.approx(0.7 - 0.425)
+    assert criteria["levels_moved"] == {"levels": ["0"], "holds": False}  # one level: two are needed
+    gains = [0.20, 0.22, 0.21]
+    se = math.sqrt(sum((g - 0.21) ** 2 for g in gains) / 2 / 3)
+    assert criteria["gain"]["mean"] == pytest.approx(0.21) and criteria["gain"]["se"] == pytest.approx(se)
+    assert criteria["gain"]["holds"] and criteria["levels_gaining"]["holds"]
+    assert criteria["second_half_rise"]["mean"] == pytest.approx(0.11)
+    assert criteria["run_seconds"] == {"max_wall": 310, "max_cpu": 310, "holds": False}  # over 5 minutes
+
+
+@pytest.mark.parametrize("name", ["p3", "p4", "p5", "p7", "p8"])
+def test_each_committed_pilots_criteria_regenerate_from_its_runs(name):
+    bench = load_benchmark("frontier_pilot")
+    paths = sorted(PILOTS.glob(f"{name}_seed*.json"))
+    assert len(paths) >= 2
+    runs = [json.loads(path.read_text()) for path in paths]
+    regenerated = json.loads(json.dumps(bench.criteria(runs)))
+    assert _same(regenerated, json.loads((PILOTS / f"{name}_criteria.json").read_text()))
