@@ -8,9 +8,10 @@ the seed are added. The run is the demo's own (`coba_trl.demo.run.run_demo`), wi
 (16 completions a problem at temperature 1.0, mean share right) overall and per level, before RL and every
 `--eval-every` steps; its seconds are kept apart, so the run's own time is reported without them. From the run's
 allocation log it reads, by quarter of the rounds, the share of groups all failed and all solved, overall and per
-level, and each level's mean pass rate. It also gives each level's chance of a right guess: the probability of the
-likeliest answer at that level (a model that ignores the operands and always says it). It looks at GRPO's own
-accuracy only: it runs no other arm. `--summarize` gives the regime's criteria (docs/benchmarks.md, "The frontier
+level, and each level's mean pass rate; and where prompts went between their first and last visit (`first_to_last`:
+of those all failed at the first, how many had a success at the last, and the reverse). It also gives each level's
+chance of a right guess: the probability of the likeliest answer at that level (a model that ignores the operands
+and always says it). It looks at GRPO's own accuracy only: it runs no other arm. `--summarize` gives the regime's criteria (docs/benchmarks.md, "The frontier
 regime") over the runs given, one warm start each.
 """
 
@@ -66,6 +67,30 @@ def quarter_shares(records: list[dict], levels: list[int]) -> list[dict]:
             quarter["by_level"][str(level)] = {**_shares(rates), "pass_rate": pass_rate}
         quarters.append(quarter)
     return quarters
+
+
+def first_to_last(records: list[dict]) -> dict:
+    """Where prompts went between their first and their last visit: of those all failed at the first, the share with
+    a success at the last; of those with a spread at the first, the share all failed at the last. Both high means
+    that an all-failed group of this size is often bad luck rather than a prompt the model cannot do yet."""
+    visits: dict[str, list[float]] = {}
+    for record in records:
+        for batch in [record, *record.get("refills", [])]:
+            for prompt, wins, tries in zip(
+                batch["prompt_ids"], batch["successes"], batch["scored_rollouts"], strict=True
+            ):
+                if tries:
+                    visits.setdefault(str(prompt), []).append(wins / tries)
+    revisited = [rates for rates in visits.values() if len(rates) > 1]
+    failed = [rates[-1] for rates in revisited if rates[0] == 0.0]
+    spread = [rates[-1] for rates in revisited if 0.0 < rates[0] < 1.0]
+    return {
+        "prompts_revisited": len(revisited),
+        "failed_first": len(failed),
+        "failed_first_success_last": sum(rate > 0 for rate in failed) / len(failed) if failed else None,
+        "spread_first": len(spread),
+        "spread_first_failed_last": sum(rate == 0 for rate in spread) / len(spread) if spread else None,
+    }
 
 
 def greedy_curve(output_dir: str) -> list[list]:
@@ -151,6 +176,7 @@ def run(seed: int, flags: list[str], eval_every: int, samples: int) -> dict:
         "heldout_disjoint": not ({p.question for p in train} & {p.question for p in heldout}),
         "guess_chance": {str(n): guess_chance(n, demo.demo_operand_digits) for n in demo.demo_operands},
         "quarters": quarter_shares(read_rounds(args.output_dir), levels),
+        "first_to_last": first_to_last(read_rounds(args.output_dir)),
         "avg16_curve": curve,
         "greedy_curve": greedy_curve(args.output_dir),
         "greedy": {k: summary[k] for k in ("accuracy_before", "accuracy_after")},

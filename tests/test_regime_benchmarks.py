@@ -35,6 +35,7 @@ def _same(a, b) -> bool:
 
 @pytest.mark.slow
 def test_the_pilot_runs_the_recipe_as_grpo_and_reads_its_quarters_from_the_allocation_log(tmp_path):
+    bench = load_benchmark("frontier_pilot")
     out, runs = tmp_path / "pilot.json", tmp_path / "run"
     tiny = ["--demo_warm_start_steps", "5", "--max_steps", "8", "--demo_num_train_prompts", "64",
             "--demo_num_heldout", "10", "--demo_eval_steps", "2", "--output_dir", str(runs)]  # fmt: skip
@@ -53,6 +54,7 @@ def test_the_pilot_runs_the_recipe_as_grpo_and_reads_its_quarters_from_the_alloc
         assert quarter["groups"] == len(rates) == 32
         assert quarter["failed"] == sum(rate == 0 for rate in rates) / 32
         assert quarter["solved"] == sum(rate == 1 for rate in rates) / 32
+    assert record["first_to_last"] == bench.first_to_last(rounds)
     summary = pilot("--summarize", str(out), str(out))
     assert summary.returncode == 0, summary.stderr[-3000:]
     criteria = json.loads(summary.stdout)
@@ -85,6 +87,20 @@ def test_quarter_shares_count_every_group_refills_included_by_level_and_quarter(
     assert first["by_level"]["1"]["groups"] == 5 and first["by_level"]["1"]["pass_rate"] == pytest.approx(0.25 / 5)
     assert (second["failed"], second["solved"]) == (2 / 8, 3 / 8)
     assert third["failed"] == fourth["failed"] == 1.0
+
+
+def test_first_to_last_follows_each_prompt_from_its_first_visit_to_its_last():
+    bench = load_benchmark("frontier_pilot")
+    rounds = [
+        {"prompt_ids": ["a", "b", "c", "d"], "successes": [0, 0, 3, 8], "scored_rollouts": [8, 8, 8, 8],
+         "refills": [{"prompt_ids": ["e"], "successes": [0], "scored_rollouts": [8]}]},
+        {"prompt_ids": ["a", "b", "c", "d"], "successes": [2, 0, 1, 8], "scored_rollouts": [8, 8, 8, 8]},
+        {"prompt_ids": ["a", "c"], "successes": [0, 0], "scored_rollouts": [8, 8]},  # a: failed, mixed, failed
+    ]  # fmt: skip
+    moves = bench.first_to_last(rounds)  # e is seen once: not followed
+    assert (moves["prompts_revisited"], moves["failed_first"], moves["spread_first"]) == (4, 2, 1)
+    assert moves["failed_first_success_last"] == 0.0  # a ends all failed again, b never left it
+    assert moves["spread_first_failed_last"] == 1.0  # c: 3 of 8 first, 0 of 8 last
 
 
 def test_the_criteria_read_flat_shares_moved_levels_and_the_gain_in_standard_errors():
