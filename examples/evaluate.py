@@ -17,8 +17,9 @@ allocate from these pass rates (`coba_trl.preview`, written to `allocation_previ
 budget for `arithmetic` and the recipes' (4096 completions a round, 16 on average, 2 to 128) otherwise.
 
 The CPU demo's model evaluates offline on the demo's own task: `--benchmarks arithmetic` samples the demo's 300
-held-out problems, `--train_dataset arithmetic` scores its 512 training prompts (both built as the demo builds them
-with its default seed, in the demo's `Answer: N` format; completions default to the demo's 12 tokens).
+held-out problems, `--train_dataset arithmetic` scores its 512 training prompts (both built as the demo builds them,
+for `--regime` and the run's `--seed` given as `--demo_seed` (default 0), in the demo's `Answer: N` format;
+completions default to the demo's 12 tokens).
 
 Uses vLLM when it is installed (or `--backend vllm`), transformers otherwise. A model or dataset given as a Hub id
 needs the Hub; without network, pass a local directory or file.
@@ -121,7 +122,12 @@ class EvalArguments:
             column.
         regime (`str`, *optional*, defaults to `"demo"`):
             Which regime of the CPU task `arithmetic` means (training prompts and held-out problems):
-            `demo` (recipes/cpu_demo.yaml) or `hard` (recipes/cpu_demo_hard.yaml).
+            `demo` (recipes/cpu_demo.yaml), `hard` (recipes/cpu_demo_hard.yaml) or `frontier`
+            (recipes/cpu_demo_frontier.yaml).
+        demo_seed (`int` or `None`, *optional*, defaults to `None`):
+            The `--seed` of the CPU demo run whose task `arithmetic` means: its training prompts and held-out problems
+            depend on it (held-out problems are disjoint from that run's training prompts only). None = the
+            regime's seed (0).
         dataset_config (`str` or `None`, *optional*, defaults to `None`):
             Hub config of `train_dataset`, e.g. `all`, `en` or `cn` for `open-r1/DAPO-Math-17k-Processed`.
         dataset_train_split (`str`, *optional*, defaults to `"train"`):
@@ -165,6 +171,13 @@ class EvalArguments:
     regime: str = field(
         default="demo",
         metadata={"help": "The CPU task's regime that 'arithmetic' means.", "choices": list(REGIMES)},
+    )
+    demo_seed: int | None = field(
+        default=None,
+        metadata={
+            "help": "The --seed of the CPU demo run whose task 'arithmetic' means (its prompts and held-out "
+            "problems); None = the regime's (0)."
+        },
     )
     dataset_config: str | None = field(default=None, metadata={"help": "Hub config of train_dataset."})
     dataset_train_split: str = field(default="train", metadata={"help": "Split of train_dataset."})
@@ -220,6 +233,12 @@ class EvalArguments:
         if self.max_problems is not None and self.max_problems < 1:
             raise ValueError(
                 f"max_problems ({self.max_problems}) must be at least 1, or left unset for every problem."
+            )
+        task = self.train_dataset == ARITHMETIC or (self.train_dataset is None and ARITHMETIC in self.benchmarks)
+        if self.demo_seed is not None and not task:
+            raise ValueError(
+                f"demo_seed ({self.demo_seed}) sets the CPU demo's task, which this evaluation does not score: add "
+                "--benchmarks arithmetic or --train_dataset arithmetic, or drop --demo_seed."
             )
 
 
@@ -291,12 +310,14 @@ def fill_mode_defaults(args: EvalArguments) -> EvalArguments:
     return args
 
 
-def demo_task(part: str, regime: str = "demo"):
-    """The CPU task's `"train"` prompts or `"heldout"` problems in `regime`, as the demo builds them."""
+def demo_task(part: str, regime: str = "demo", seed: int | None = None):
+    """The CPU task's `"train"` prompts or `"heldout"` problems in `regime`, as the demo builds them for a run with
+    `--seed seed` (the regime's seed by default)."""
     training, demo = regime_arguments(regime)
     sizes = (demo.demo_num_train_prompts, demo.demo_num_heldout, 0)
     operands, digits = tuple(demo.demo_operands), demo.demo_operand_digits
-    train, heldout, _ = demo_problem_sets(*sizes, seed=training["seed"], operands_per_level=operands, digits=digits)
+    seed = training["seed"] if seed is None else seed
+    train, heldout, _ = demo_problem_sets(*sizes, seed=seed, operands_per_level=operands, digits=digits)
     return to_prompt_dataset(train if part == "train" else heldout)
 
 
@@ -309,7 +330,7 @@ def load_benchmarks(args: EvalArguments) -> dict:
     benchmarks = {}
     for name in args.benchmarks:
         if name == ARITHMETIC:
-            dataset = demo_task("heldout", args.regime)
+            dataset = demo_task("heldout", args.regime, args.demo_seed)
         else:
             dataset = load_eval_benchmark(name, path=paths.get(name), instruction=args.instruction)
         if args.max_problems is not None:
@@ -335,7 +356,7 @@ def score_benchmarks(args: EvalArguments, benchmarks: dict, generate, backend: s
 def load_train_set(args: EvalArguments):
     """The training set to score, loaded before the model so that a set without `prompt` fails at once."""
     if args.train_dataset == ARITHMETIC:
-        dataset = demo_task("train", args.regime)
+        dataset = demo_task("train", args.regime, args.demo_seed)
     else:
         dataset = load_dapo_math(
             args.train_dataset,

@@ -170,3 +170,34 @@ def test_a_misspelled_flag_names_the_closest_options(capsys):
     with pytest.raises(SystemExit):
         load_script().main(["--model_name_or_path", "m", "--benchmrks", "aime24"])
     assert "unknown option --benchmrks; did you mean --benchmarks" in capsys.readouterr().err
+
+
+def test_arithmetic_means_the_task_of_the_demo_run_with_that_seed():
+    from coba_trl.demo.config import regime_arguments
+    from coba_trl.demo.task import demo_problem_sets
+
+    script = load_script()
+    _, demo = regime_arguments("frontier")
+    train, heldout, _ = demo_problem_sets(512, 300, 0, seed=3, operands_per_level=tuple(demo.demo_operands))
+
+    def questions(dataset):
+        return [prompt[0]["content"] for prompt in dataset["prompt"]]
+
+    assert questions(script.demo_task("train", "frontier", 3)) == [p.question for p in train]
+    assert questions(script.demo_task("heldout", "frontier", 3)) == [p.question for p in heldout]
+    # Why it matters: the default seed's held-out problems include training prompts of a run with --seed 3.
+    seed_3_train = set(questions(script.demo_task("train", "demo", 3)))
+    assert not set(questions(script.demo_task("heldout", "demo", 3))) & seed_3_train
+    assert set(questions(script.demo_task("heldout", "demo"))) & seed_3_train
+
+
+def test_a_demo_seed_without_the_demo_task_is_refused():
+    script = load_script()
+    assert script.EvalArguments(model_name_or_path="m", benchmarks=["arithmetic"], demo_seed=3).demo_seed == 3
+    assert script.EvalArguments(model_name_or_path="m", train_dataset="arithmetic", demo_seed=3).demo_seed == 3
+    with pytest.raises(ValueError, match="demo_seed \\(3\\) sets the CPU demo's task.*--benchmarks arithmetic"):
+        script.EvalArguments(model_name_or_path="m", demo_seed=3)  # the six math benchmarks
+    with pytest.raises(ValueError, match="drop --demo_seed"):
+        script.EvalArguments(
+            model_name_or_path="m", train_dataset="data.parquet", benchmarks=["arithmetic"], demo_seed=3
+        )
