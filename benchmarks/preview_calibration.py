@@ -3,10 +3,12 @@
     python benchmarks/preview_calibration.py --regime hard --output-dir outputs/calibration_hard
     python benchmarks/preview_calibration.py --regime demo --output-dir outputs/calibration_demo
     python benchmarks/preview_calibration.py --regime frontier --output-dir outputs/calibration_frontier
+    python benchmarks/preview_calibration.py --regime frontier --seed 1 --output-dir outputs/calibration_frontier_1
 
-From the regime's warm-started model (`coba_trl.demo.config.REGIMES`; the one `rollout_savings.py` uses, seed 0):
-1. `examples/evaluate.py --train_dataset arithmetic --regime R --k 8` scores the training set (8 samples a prompt at
-   the training temperature, graded as in training) into `D/pass_rates.parquet`;
+From the regime's warm-started model (`coba_trl.demo.config.REGIMES`; the one `rollout_savings.py` uses, `--seed`,
+default 0, which also sets the run's prompts):
+1. `examples/evaluate.py --train_dataset arithmetic --regime R --demo_seed S --k 8` scores the training set (8
+   samples a prompt at the training temperature, graded as in training) into `D/pass_rates.parquet`;
 2. `python -m coba_trl.preview D/pass_rates.parquet --recipe <the regime's recipe> --pass_rate_samples 8` previews
    the run into `D/allocation_preview.json`;
 3. the first epoch of `grpo` (uniform, keep), `dapo` (uniform, refill) and `greso` (uniform, refill and GRESO's
@@ -84,7 +86,9 @@ def visits_so_far(output_dir: str) -> int:
     return sum(len(batch["prompt_ids"]) + len(batch.get("skipped_prompts", [])) for batch in batches)
 
 
-def train_first_epoch(arm: str, regime: str, output_dir: str, warm_state, tokenizer, train, quick: bool) -> None:
+def train_first_epoch(
+    arm: str, regime: str, output_dir: str, warm_state, tokenizer, train, quick: bool, seed: int = 0
+) -> None:
     """`arm` of `rollout_savings.py` from the warm start, until the end of the round that completes the epoch."""
     from types import SimpleNamespace
 
@@ -98,7 +102,7 @@ def train_first_epoch(arm: str, regime: str, output_dir: str, warm_state, tokeni
                 control.should_training_stop = True
 
     options = SimpleNamespace(
-        regime=regime, output_dir=output_dir, max_steps=None, seed=0, use_vllm=False, quick=quick
+        regime=regime, output_dir=output_dir, max_steps=None, seed=seed, use_vllm=False, quick=quick
     )
     arm_trainer(arm, options, warm_state, tokenizer, train, callbacks=[EpochStop()]).train()
 
@@ -107,6 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     parser.add_argument("--regime", default="hard", choices=["demo", "hard", "frontier"])
     parser.add_argument("--output-dir", "--output_dir", dest="output_dir", required=True)
+    parser.add_argument("--seed", type=int, default=0, help="The warm start's seed, and the run's (its prompts).")
     parser.add_argument("--quick", action="store_true", help="A smoke run: a tiny model, a warm start of 10 steps.")
     options = parser.parse_args(argv)
     import torch
@@ -119,14 +124,15 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)
     out = options.output_dir
     print(machine_line(), flush=True)
-    model, tokenizer, train = warm_started(0, out, options.regime, options.quick)
+    model, tokenizer, train = warm_started(options.seed, out, options.regime, options.quick)
     warm_state = {name: tensor.detach().clone() for name, tensor in model.state_dict().items()}
     model.save_pretrained(os.path.join(out, "warm_start_model"))
     tokenizer.save_pretrained(os.path.join(out, "warm_start_model"))
     env = {**os.environ, "PYTHONPATH": ROOT}
     score = [sys.executable, os.path.join(ROOT, "examples", "evaluate.py"), "--model_name_or_path"]
     score += [os.path.join(out, "warm_start_model"), "--train_dataset", "arithmetic", "--regime", options.regime]
-    score += ["--k", str(SAMPLES), "--backend", "transformers", "--max_new_tokens", "12", "--dtype", "float32"]
+    score += ["--demo_seed", str(options.seed), "--k", str(SAMPLES), "--backend", "transformers"]
+    score += ["--max_new_tokens", "12", "--dtype", "float32"]
     subprocess.run([*score, "--output_dir", os.path.join(out, "scoring")], check=True, env=env)
     shutil.copy(os.path.join(out, "scoring", "train_pass_rates.parquet"), os.path.join(out, "pass_rates.parquet"))
     recipe = os.path.join(ROOT, "recipes", REGIME_RECIPES[options.regime])
@@ -138,12 +144,12 @@ def main(argv: list[str] | None = None) -> int:
         (row["allocator"], row["mode"]): row["generated_per_trained_row_with_spread"]
         for row in predicted_rows["rollouts_per_trained_row_with_spread"]
     }
-    results = {"regime": options.regime, "prompts": len(train), "arms": {}}
+    results = {"regime": options.regime, "seed": options.seed, "prompts": len(train), "arms": {}}
     for arm, mode in ARMS.items():
         arm_dir = os.path.join(out, arm)
         if os.path.exists(arm_dir):
             shutil.rmtree(arm_dir)
-        train_first_epoch(arm, options.regime, out, warm_state, tokenizer, train, options.quick)
+        train_first_epoch(arm, options.regime, out, warm_state, tokenizer, train, options.quick, options.seed)
         measured = epoch_figures(read_rounds(arm_dir), len(train))
         results["arms"][arm] = {"preview_mode": mode, "predicted": predicted[("uniform", mode)], **measured}
     results["flat_share_keep_predicted"] = predicted_rows["flat_groups_under_keep"]["uniform"]

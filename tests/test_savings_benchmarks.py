@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from scripts.benchmarks import load_benchmark
 
@@ -55,10 +56,14 @@ def test_the_savings_benchmark_writes_each_arms_counts_and_the_limit(tmp_path):
 @pytest.mark.slow
 def test_the_preview_calibration_compares_the_preview_with_the_first_epoch_it_logged(tmp_path):
     bench = load_benchmark("preview_calibration")
-    run("preview_calibration.py", "--regime", "hard", "--quick", "--output-dir", str(tmp_path))
+    run("preview_calibration.py", "--regime", "hard", "--seed", "1", "--quick", "--output-dir", str(tmp_path))
     for name in ("pass_rates.parquet", "allocation_preview.json", "calibration.json"):
         assert (tmp_path / name).exists()
     calibration = json.loads((tmp_path / "calibration.json").read_text())
+    # Seed 1's warm start scored on seed 1's prompts, the ones its runs train on.
+    train = load_benchmark("rollout_savings").warm_started(1, str(tmp_path), "hard", quick=True)[2]
+    scored = pd.read_parquet(tmp_path / "pass_rates.parquet")
+    assert calibration["seed"] == 1 and list(scored["prompt"]) == [p.question for p in train]
     preview = json.loads((tmp_path / "allocation_preview.json").read_text())
     assert preview["settings"]["pass_rate_samples"] == 8
     predicted = {
