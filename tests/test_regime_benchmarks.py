@@ -133,7 +133,7 @@ def test_the_criteria_read_flat_shares_moved_levels_and_the_gain_in_standard_err
     assert criteria["run_seconds"] == {"max_wall": 310, "max_cpu": 310, "holds": False}  # over 5 minutes
 
 
-@pytest.mark.parametrize("name", ["p3", "p4", "p5", "p7", "p8"])
+@pytest.mark.parametrize("name", ["p3", "p4", "p5", "p7", "p8", "p9"])
 def test_each_committed_pilots_criteria_regenerate_from_its_runs(name):
     bench = load_benchmark("frontier_pilot")
     paths = sorted(PILOTS.glob(f"{name}_seed*.json"))
