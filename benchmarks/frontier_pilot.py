@@ -11,8 +11,8 @@ allocation log it reads, by quarter of the rounds, the share of groups all faile
 level, and each level's mean pass rate; and where prompts went between their first and last visit (`first_to_last`:
 of those all failed at the first, how many had a success at the last, and the reverse). It also gives each level's
 chance of a right guess: the probability of the likeliest answer at that level (a model that ignores the operands
-and always says it). It looks at GRPO's own accuracy only: it runs no other arm. `--summarize` gives the regime's criteria (docs/benchmarks.md, "The frontier
-regime") over the runs given, one warm start each.
+and always says it). It looks at GRPO's own accuracy only: it runs no other arm. `--summarize` gives the regime's
+criteria (docs/benchmarks.md, "The frontier regime") over the runs given, one warm start each.
 """
 
 from __future__ import annotations
@@ -46,20 +46,25 @@ def guess_chance(operands: int, digits: int) -> float:
     return max(counts) / sum(counts)
 
 
+def group_rates(records: list[dict]):
+    """(prompt id, share of its group's scored completions that succeeded) of every scored group in `records`
+    (allocation-log records, refill batches included), in order."""
+    for record in records:
+        for batch in [record, *record.get("refills", [])]:
+            for prompt, wins, tries in zip(
+                batch["prompt_ids"], batch["successes"], batch["scored_rollouts"], strict=True
+            ):
+                if tries:
+                    yield prompt, wins / tries
+
+
 def quarter_shares(records: list[dict], levels: list[int]) -> list[dict]:
     """Per quarter of the rounds: groups all failed / all solved, overall and per level, and per-level pass rates.
     `levels[i]` is the level of prompt (dataset row) i."""
     quarters = []
     bounds = [round(len(records) * q / 4) for q in range(5)]
     for start, end in zip(bounds, bounds[1:], strict=False):
-        groups = []  # (level, pass rate) of every generated group in these rounds
-        for record in records[start:end]:
-            for batch in [record, *record.get("refills", [])]:
-                for prompt, wins, tries in zip(
-                    batch["prompt_ids"], batch["successes"], batch["scored_rollouts"], strict=True
-                ):
-                    if tries:
-                        groups.append((levels[int(prompt)], wins / tries))
+        groups = [(levels[int(prompt)], rate) for prompt, rate in group_rates(records[start:end])]  # (level, rate)
         quarter = {"rounds": end - start, **_shares([rate for _, rate in groups]), "by_level": {}}
         for level in sorted(set(levels)):
             rates = [rate for lvl, rate in groups if lvl == level]
@@ -74,13 +79,8 @@ def first_to_last(records: list[dict]) -> dict:
     a success at the last; of those with a spread at the first, the share all failed at the last. Both high means
     that an all-failed group of this size is often bad luck rather than a prompt the model cannot do yet."""
     visits: dict[str, list[float]] = {}
-    for record in records:
-        for batch in [record, *record.get("refills", [])]:
-            for prompt, wins, tries in zip(
-                batch["prompt_ids"], batch["successes"], batch["scored_rollouts"], strict=True
-            ):
-                if tries:
-                    visits.setdefault(str(prompt), []).append(wins / tries)
+    for prompt, rate in group_rates(records):
+        visits.setdefault(str(prompt), []).append(rate)
     revisited = [rates for rates in visits.values() if len(rates) > 1]
     failed = [rates[-1] for rates in revisited if rates[0] == 0.0]
     spread = [rates[-1] for rates in revisited if 0.0 < rates[0] < 1.0]
@@ -165,6 +165,7 @@ def run(seed: int, flags: list[str], eval_every: int, samples: int) -> dict:
     summary = run_demo(args, demo, callbacks=[Avg16()])
     cpu_seconds = time.process_time() - cpu_start - eval_cpu[0]
     levels = [p.level for p in train]
+    rounds = read_rounds(args.output_dir)
     return {
         "seed": seed,
         "flags": flags,
@@ -175,8 +176,8 @@ def run(seed: int, flags: list[str], eval_every: int, samples: int) -> dict:
         "heldout_per_level": {str(k): sum(p.level == k for p in heldout) for k in sorted(set(levels))},
         "heldout_disjoint": not ({p.question for p in train} & {p.question for p in heldout}),
         "guess_chance": {str(n): guess_chance(n, demo.demo_operand_digits) for n in demo.demo_operands},
-        "quarters": quarter_shares(read_rounds(args.output_dir), levels),
-        "first_to_last": first_to_last(read_rounds(args.output_dir)),
+        "quarters": quarter_shares(rounds, levels),
+        "first_to_last": first_to_last(rounds),
         "avg16_curve": curve,
         "greedy_curve": greedy_curve(args.output_dir),
         "greedy": {k: summary[k] for k in ("accuracy_before", "accuracy_after")},
