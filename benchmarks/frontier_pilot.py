@@ -238,7 +238,8 @@ def criteria(runs: list[dict]) -> dict:
             "mean": gain,
             "se": gain_se,
             "in_se": gain / gain_se if gain_se else float("nan"),
-            "holds": gain_se > 0 and gain >= 5 * gain_se,
+            # over at least 3 warm starts: two that happen to agree give a standard error near 0
+            "holds": len(runs) >= 3 and gain_se > 0 and gain >= 5 * gain_se,
         },
         "gain_by_level": {level: {"mean": m, "se": s} for level, (m, s) in level_gains.items()},
         "levels_gaining": {"levels": gaining, "holds": len(gaining) >= 2},

@@ -131,9 +131,11 @@ def test_the_criteria_read_flat_shares_moved_levels_and_the_gain_in_standard_err
     assert criteria["gain"]["holds"] and criteria["levels_gaining"]["holds"]
     assert criteria["second_half_rise"]["mean"] == pytest.approx(0.11)
     assert criteria["run_seconds"] == {"max_wall": 310, "max_cpu": 310, "holds": False}  # over 5 minutes
+    two = bench.criteria(runs[:1] + [run(0.10, 0.20, 0.3001, 200)])  # two warm starts that happen to agree
+    assert two["gain"]["in_se"] > 5 and not two["gain"]["holds"]  # the criteria ask for at least 3
 
 
-@pytest.mark.parametrize("name", ["p3", "p4", "p5", "p7", "p8", "p9"])
+@pytest.mark.parametrize("name", sorted(path.name.split("_")[0] for path in PILOTS.glob("*_criteria.json")))
 def test_each_committed_pilots_criteria_regenerate_from_its_runs(name):
     bench = load_benchmark("frontier_pilot")
     paths = sorted(PILOTS.glob(f"{name}_seed*.json"))
