@@ -49,13 +49,12 @@ def guess_chance(operands: int, digits: int) -> float:
 def group_rates(records: list[dict]):
     """(prompt id, share of its group's scored completions that succeeded) of every scored group in `records`
     (allocation-log records, refill batches included), in order."""
-    for record in records:
-        for batch in [record, *record.get("refills", [])]:
-            for prompt, wins, tries in zip(
-                batch["prompt_ids"], batch["successes"], batch["scored_rollouts"], strict=True
-            ):
-                if tries:
-                    yield prompt, wins / tries
+    from coba_trl.rounds.log import generation_batches
+
+    for batch in generation_batches(records):
+        for prompt, wins, tries in zip(batch["prompt_ids"], batch["successes"], batch["scored_rollouts"], strict=True):
+            if tries:
+                yield prompt, wins / tries
 
 
 def quarter_shares(records: list[dict], levels: list[int]) -> list[dict]:

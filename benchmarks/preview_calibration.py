@@ -47,16 +47,15 @@ def epoch_figures(records: list[dict], prompts: int) -> dict:
     """Over the groups of a run's first `prompts` prompt visits (allocation-log records, refill batches in order,
     skipped visits counted but not generated): completions generated, those of groups with a spread of successes,
     their ratio, and the share of the groups without spread."""
+    from coba_trl.rounds.log import generation_batches
+
     groups, visits = [], 0
-    for record in records:
-        for batch in [record, *record.get("refills", [])]:
-            visits += len(batch.get("skipped_prompts", []))
-            for size, wins, tries in zip(
-                batch["group_sizes"], batch["successes"], batch["scored_rollouts"], strict=True
-            ):
-                if visits < prompts:
-                    groups.append((size, 0 < wins < tries))
-                visits += 1
+    for batch in generation_batches(records):
+        visits += len(batch.get("skipped_prompts", []))
+        for size, wins, tries in zip(batch["group_sizes"], batch["successes"], batch["scored_rollouts"], strict=True):
+            if visits < prompts:
+                groups.append((size, 0 < wins < tries))
+            visits += 1
     first = records[0] if records else {"successes": [], "scored_rollouts": []}
     first_flat = [
         not 0 < wins < tries for wins, tries in zip(first["successes"], first["scored_rollouts"], strict=True)
@@ -78,11 +77,11 @@ def _figure(value) -> str:
 
 
 def visits_so_far(output_dir: str) -> int:
-    from coba_trl.rounds.log import read_rounds
+    from coba_trl.rounds.log import generation_batches, read_rounds
 
     if not os.path.exists(os.path.join(output_dir, "coba_rounds.jsonl")):
         return 0
-    batches = [batch for record in read_rounds(output_dir) for batch in [record, *record.get("refills", [])]]
+    batches = generation_batches(read_rounds(output_dir))
     return sum(len(batch["prompt_ids"]) + len(batch.get("skipped_prompts", [])) for batch in batches)
 
 

@@ -39,10 +39,11 @@ def flat_shares(rates: list[float]) -> tuple[float, float, float]:
 def epoch_shares(records: list[dict], prompts_per_epoch: int) -> list[dict]:
     """Per epoch of a run's allocation log (`coba_rounds.jsonl` records): its groups (refill batches included) all
     failed, all solved and mixed, and the completions generated."""
+    from coba_trl.rounds.log import generation_batches
+
     groups = []  # (successes, scored rollouts, generated) of every generated group, in order
-    for record in records:
-        for batch in [record, *record.get("refills", [])]:
-            groups += zip(batch["successes"], batch["scored_rollouts"], batch["group_sizes"], strict=True)
+    for batch in generation_batches(records):
+        groups += zip(batch["successes"], batch["scored_rollouts"], batch["group_sizes"], strict=True)
     epochs = []
     for start in range(0, len(groups), prompts_per_epoch):
         chunk = groups[start : start + prompts_per_epoch]

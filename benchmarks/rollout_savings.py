@@ -157,16 +157,13 @@ def warm_started(seed: int, output_dir: str | None = None, regime: str = "demo",
 def distinct_prompts_with_spread(output_dir: str) -> int:
     """Distinct prompts that gave at least one group with a spread of successes, over every batch of every round
     of the run's allocation log (refills included): how widely an arm's trained rows with spread reach."""
-    from coba_trl.rounds.log import read_rounds
+    from coba_trl.rounds.log import generation_batches, read_rounds
 
     found = set()
-    for record in read_rounds(output_dir):
-        for batch in [record, *record.get("refills", [])]:
-            for prompt, wins, tries in zip(
-                batch["prompt_ids"], batch["successes"], batch["scored_rollouts"], strict=True
-            ):
-                if 0 < wins < tries:
-                    found.add(prompt)
+    for batch in generation_batches(read_rounds(output_dir)):
+        for prompt, wins, tries in zip(batch["prompt_ids"], batch["successes"], batch["scored_rollouts"], strict=True):
+            if 0 < wins < tries:
+                found.add(prompt)
     return len(found)
 
 
@@ -360,18 +357,17 @@ def waste_breakdown(arm_dir: str) -> dict[str, int]:
     """Where an arm's completions without gradient went: the rows of its groups without a spread of successes, by
     the pass rate the allocator saw for the prompt (`unseen`, `0`, `mid` in (0, 1), `1`; with two phases, the rate
     after the pilot), from its allocation log."""
-    from coba_trl.rounds.log import read_rounds
+    from coba_trl.rounds.log import generation_batches, read_rounds
 
     waste = dict.fromkeys(("unseen", "0", "mid", "1"), 0)
-    for record in read_rounds(arm_dir):
-        for batch in [record, *record.get("refills", [])]:
-            rows = zip(
-                batch["group_sizes"], batch["successes"], batch["scored_rollouts"], batch["pass_rates"], strict=True
-            )
-            for size, wins, tries, rate in rows:
-                if not 0 < wins < tries:
-                    kind = "unseen" if rate is None else "0" if rate == 0 else "1" if rate == 1 else "mid"
-                    waste[kind] += size
+    for batch in generation_batches(read_rounds(arm_dir)):
+        rows = zip(
+            batch["group_sizes"], batch["successes"], batch["scored_rollouts"], batch["pass_rates"], strict=True
+        )
+        for size, wins, tries, rate in rows:
+            if not 0 < wins < tries:
+                kind = "unseen" if rate is None else "0" if rate == 0 else "1" if rate == 1 else "mid"
+                waste[kind] += size
     return waste
 
 

@@ -5,7 +5,7 @@ import logging
 
 import pytest
 
-from coba_trl.rounds.log import ROUNDS_FILE, RoundLog, read_rounds
+from coba_trl.rounds.log import ROUNDS_FILE, RoundLog, generation_batches, read_rounds
 
 
 def _log_of_three_rounds(tmp_path) -> RoundLog:
@@ -63,3 +63,12 @@ def test_a_fresh_start_empties_the_log(tmp_path):
     _tear_last_line(tmp_path / ROUNDS_FILE)
     log.start()
     assert read_rounds(str(tmp_path)) == []
+
+
+def test_generation_batches_walks_each_rounds_own_batch_then_its_refills_in_the_order_generated(tmp_path):
+    log = RoundLog(str(tmp_path))
+    log.start()
+    log.write({"prompt_ids": [0, 1], "refills": [{"prompt_ids": [2]}, {"prompt_ids": [3, 4]}]})
+    log.write({"prompt_ids": [5]})  # a round that needed no refill
+    batches = list(generation_batches(read_rounds(str(tmp_path))))
+    assert [batch["prompt_ids"] for batch in batches] == [[0, 1], [2], [3, 4], [5]]

@@ -94,6 +94,15 @@ def read_rounds(directory_or_file: str) -> list[dict]:
     return [record for _, record in _parse(path)]
 
 
+def generation_batches(records: list[dict]):
+    """Every generation batch of an allocation log's `records`, in the order generated: each round's own batch (its
+    record) and then its refill batches (`refills`), each with its `prompt_ids`, `group_sizes`, `successes`,
+    `scored_rollouts` and `pass_rates`."""
+    for record in records:
+        yield record
+        yield from record.get("refills", [])
+
+
 def _parse(path: str) -> list[tuple[str, dict]]:
     """Each line of the file at `path` with its record, without a torn last line (skipped with a warning)."""
     with open(path) as f:
