@@ -50,6 +50,20 @@ def test_numbers_of_several_digits_and_a_warm_start_on_the_easiest_levels_only()
     assert demo_problem_sets(60, 30, 300, seed=5) == demo_problem_sets(60, 30, 300, seed=5, digits=1)
 
 
+def test_a_level_with_too_few_distinct_questions_is_refused_up_front_rather_than_drawn_forever():
+    from coba_trl.demo.config import DemoArguments
+
+    # Sums of 2 single digits have 100 distinct questions: exactly enough for 60 training and 40 held-out ones.
+    train, heldout, _ = demo_problem_sets(60, 40, 0, seed=1, operands_per_level=(2,))
+    assert len({p.question for p in train + heldout}) == 100
+    with pytest.raises(ValueError, match=r"2 numbers has 100 distinct questions, fewer than the 101"):
+        demo_problem_sets(61, 40, 0, seed=1, operands_per_level=(2,))
+    # The demo's flags say which level and which flags: levels take turns, so [2, 3] asks 150 + 256 of the sums of 2.
+    with pytest.raises(ValueError, match=r"demo_operands \(\[2, 3\]\).*100 distinct.*406.*demo_num_train_prompts"):
+        DemoArguments(demo_operands=[2, 3], demo_num_train_prompts=512, demo_num_heldout=300)
+    DemoArguments(demo_operands=[2, 3], demo_num_train_prompts=128, demo_num_heldout=72)  # 64 + 36 = 100: fits
+
+
 def test_a_task_setting_out_of_range_is_refused_naming_the_field():
     from coba_trl.demo.config import DemoArguments
 

@@ -1,5 +1,6 @@
-"""The frontier regime's calibration pilot (`benchmarks/frontier_pilot.py`): a smoke run, the shares it reads from a
-run's allocation log, the criteria it checks over warm starts, and the committed pilots' criteria regenerated."""
+"""The regimes' calibration pilots. `benchmarks/frontier_pilot.py`: a smoke run, the shares it reads from a run's
+allocation log, the criteria it checks over warm starts, and the committed pilots' criteria regenerated.
+`benchmarks/regime_pilot.py`: a smoke run after a warm start, and its epochs read from an allocation log."""
 
 import json
 import math
@@ -143,3 +144,28 @@ def test_each_committed_pilots_criteria_regenerate_from_its_runs(name):
     runs = [json.loads(path.read_text()) for path in paths]
     regenerated = json.loads(json.dumps(bench.criteria(runs)))
     assert _same(regenerated, json.loads((PILOTS / f"{name}_criteria.json").read_text()))
+
+
+def test_the_regime_pilot_prints_each_levels_flat_shares_after_a_warm_start(tmp_path):
+    command = [sys.executable, str(ROOT / "benchmarks" / "regime_pilot.py"), "--operands", "3", "4",
+               "--warm-start-steps", "2", "--train-prompts", "16", "--k", "4"]  # fmt: skip
+    result = subprocess.run(command, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-2000:]
+    rows = [line.split("|")[1:-1] for line in result.stdout.splitlines() if line.startswith("| 2 |")]
+    assert [row[1].strip() for row in rows] == ["3", "4", "all"]  # each level, then every prompt
+    for row in rows:
+        failed, solved, mixed = (float(cell) for cell in row[2:5])
+        assert failed + solved + mixed == pytest.approx(1.0, abs=2e-3)
+
+
+def test_the_regime_pilots_epochs_count_every_generated_group_refills_included():
+    bench = load_benchmark("regime_pilot")
+    rounds = [
+        {"successes": [0, 8, 3], "scored_rollouts": [8, 8, 8], "group_sizes": [8, 8, 8],
+         "refills": [{"successes": [2], "scored_rollouts": [8], "group_sizes": [16]}]},
+        {"successes": [0, 0], "scored_rollouts": [8, 8], "group_sizes": [8, 8]},
+    ]  # fmt: skip
+    first, second = bench.epoch_shares(rounds, prompts_per_epoch=4)
+    assert (first["groups"], first["failed"], first["solved"], first["mixed"]) == (4, 0.25, 0.25, 0.5)
+    assert first["generated"] == 40 and first["per_spread_row"] == 40 / 24  # the refill's 16 rows have a spread
+    assert (second["groups"], second["failed"], second["generated"]) == (2, 1.0, 16)

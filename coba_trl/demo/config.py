@@ -12,6 +12,8 @@ import dataclasses
 import math
 from dataclasses import dataclass, field
 
+from coba_trl.demo.task import level_shortfall
+
 WARM_START_PROBLEMS = 20_000  # size of the pool the warm start samples its batches from
 
 DEMO_OUTPUT_DIR = "outputs/cpu_demo"
@@ -160,6 +162,18 @@ class DemoArguments:
             raise ValueError(
                 f"demo_operand_digits ({self.demo_operand_digits}) must be 1 to 4 (the digits of each number summed), "
                 "e.g. --demo_operand_digits 1 (the default)."
+            )
+        short = level_shortfall(
+            self.demo_num_train_prompts, self.demo_num_heldout, tuple(self.demo_operands), self.demo_operand_digits
+        )
+        if short is not None:
+            operands, needed, available = short
+            raise ValueError(
+                f"demo_operands ({self.demo_operands}): the level of {operands} numbers of up to "
+                f"{self.demo_operand_digits} digit(s) has {available} distinct questions, fewer than the {needed} its "
+                f"share of demo_num_train_prompts ({self.demo_num_train_prompts}) and demo_num_heldout "
+                f"({self.demo_num_heldout}) needs (training and held-out problems are distinct and disjoint). Drop "
+                "that level, or lower --demo_num_train_prompts / --demo_num_heldout."
             )
         levels = self.demo_warm_start_levels
         if levels is not None and not 1 <= levels <= len(self.demo_operands):

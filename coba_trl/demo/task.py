@@ -63,6 +63,21 @@ def make_problems(
     return problems
 
 
+def level_shortfall(
+    num_train: int, num_heldout: int, operands_per_level: tuple[int, ...], digits: int = 1
+) -> tuple[int, int, int] | None:
+    """The first level without enough distinct questions for its share of the training prompts and held-out problems
+    (levels take turns, and the two sets are disjoint): ``(operands, problems needed, distinct questions)``, or None
+    when every level has enough."""
+    levels = len(operands_per_level)
+    for level, operands in enumerate(operands_per_level):
+        needed = sum(max(0, (count - level + levels - 1) // levels) for count in (num_train, num_heldout))
+        available = (10**digits) ** operands
+        if needed > available:
+            return operands, needed, available
+    return None
+
+
 def demo_problem_sets(
     num_train: int,
     num_heldout: int,
@@ -81,6 +96,12 @@ def demo_problem_sets(
     operands = tuple(operands_per_level)
     if num_heldout > 500 * len(operands):
         raise ValueError(f"num_heldout ({num_heldout}) must be at most {500 * len(operands)}.")
+    short = level_shortfall(num_train, num_heldout, operands, digits)
+    if short is not None:
+        raise ValueError(
+            f"A level of {short[0]} numbers has {short[2]} distinct questions, fewer than the {short[1]} its share of "
+            f"num_train ({num_train}) and num_heldout ({num_heldout}) needs: ask for fewer problems, or more operands."
+        )
     heldout = make_problems(num_heldout, seed=seed + 1, operands_per_level=operands, digits=digits)
     excluded = {p.question for p in heldout}
     train = make_problems(num_train, seed=seed, exclude=excluded, operands_per_level=operands, digits=digits)
