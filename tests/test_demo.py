@@ -64,6 +64,22 @@ def test_a_level_with_too_few_distinct_questions_is_refused_up_front_rather_than
     DemoArguments(demo_operands=[2, 3], demo_num_train_prompts=128, demo_num_heldout=72)  # 64 + 36 = 100: fits
 
 
+@pytest.mark.parametrize(
+    "name, value",
+    [("demo_num_train_prompts", 0), ("demo_num_heldout", 0), ("demo_warm_start_steps", -1), ("demo_eval_steps", -5),
+     ("demo_hidden_size", 0), ("demo_num_layers", 0), ("demo_num_heads", 0)],
+)  # fmt: skip
+def test_a_count_below_its_floor_is_refused_naming_the_flag_and_its_default(name, value):
+    # 0 held-out problems divided by zero at the first evaluation; a negative warm start ran none, silently.
+    from coba_trl.demo.config import DemoArguments
+
+    with pytest.raises(
+        ValueError, match=rf"^{name} \({value}\) must be a whole number of at least \d, e\.g\. --{name}"
+    ):
+        DemoArguments(**{name: value})
+    DemoArguments(demo_warm_start_steps=0, demo_eval_steps=0)  # no warm start; held-out accuracy before and after RL
+
+
 def test_a_task_setting_out_of_range_is_refused_naming_the_field():
     from coba_trl.demo.config import DemoArguments
 

@@ -85,6 +85,19 @@ def regime_arguments(name: str) -> tuple[dict, DemoArguments]:
 DEMO_MODEL_ARGS: dict = {"lora_dropout": 0.0}
 
 
+# The least value of each count in DemoArguments (the warm start may be skipped, and 0 evaluates before and after RL
+# only).
+DEMO_COUNT_FLOORS = {
+    "demo_hidden_size": 1,
+    "demo_num_layers": 1,
+    "demo_num_heads": 1,
+    "demo_num_train_prompts": 1,
+    "demo_num_heldout": 1,
+    "demo_warm_start_steps": 0,
+    "demo_eval_steps": 0,
+}
+
+
 @dataclass
 class DemoArguments:
     """
@@ -116,7 +129,7 @@ class DemoArguments:
         demo_warm_start_learning_rate (`float`, *optional*, defaults to `3e-3`):
             Learning rate of the warm start.
         demo_eval_steps (`int`, *optional*, defaults to `10`):
-            Measure held-out accuracy every this many RL steps.
+            Measure held-out accuracy every this many RL steps (0: before and after RL only).
         overwrite_output_dir (`bool`, *optional*, defaults to `False`):
             Replace the results of a finished demo run in `output_dir`; without it such a run is refused.
     """
@@ -146,7 +159,10 @@ class DemoArguments:
         default=300, metadata={"help": "Supervised warm-start steps before RL (0 skips the warm start)."}
     )
     demo_warm_start_learning_rate: float = field(default=3e-3, metadata={"help": "Learning rate of the warm start."})
-    demo_eval_steps: int = field(default=10, metadata={"help": "Measure held-out accuracy every this many RL steps."})
+    demo_eval_steps: int = field(
+        default=10,
+        metadata={"help": "Measure held-out accuracy every this many RL steps (0: before and after RL only)."},
+    )
     overwrite_output_dir: bool = field(
         default=False,
         metadata={"help": "Replace the results of a finished demo run in output_dir (refused without this flag)."},
@@ -163,6 +179,14 @@ class DemoArguments:
                 f"demo_operand_digits ({self.demo_operand_digits}) must be 1 to 4 (the digits of each number summed), "
                 "e.g. --demo_operand_digits 1 (the default)."
             )
+        for name, least in DEMO_COUNT_FLOORS.items():
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < least:
+                default = getattr(DemoArguments, name)
+                raise ValueError(
+                    f"{name} ({value}) must be a whole number of at least {least}, e.g. --{name} {default} (the "
+                    "default)."
+                )
         short = level_shortfall(
             self.demo_num_train_prompts, self.demo_num_heldout, tuple(self.demo_operands), self.demo_operand_digits
         )
