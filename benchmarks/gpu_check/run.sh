@@ -9,6 +9,7 @@ out="${1:?usage: bash benchmarks/gpu_check.sh OUT_DIR [check.py options]}"
 shift
 wheels="${GPU_WHEELS:-gpu_wheels}"
 site="$(mktemp -d)"  # empty unless the image's environment cannot take the wheels
+trap 'rm -rf "$site"' EXIT
 export PYTHONPATH="$PWD:$site${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 mkdir -p "$out"
