@@ -2,6 +2,7 @@
 
     python benchmarks/frontier_pilot.py --seed 0 --json R.json -- --config recipes/cpu_demo_frontier.yaml
     python benchmarks/frontier_pilot.py --summarize R0.json R1.json R2.json   # the criteria over warm starts
+    python benchmarks/frontier_pilot.py --table benchmarks/results/frontier_pilots/p*_seed*.json   # run by run
 
 Everything after `--` goes to `examples/train_qwen.py` (a recipe and flags); `--budget_allocator uniform` (GRPO) and
 the seed are added. The run is the demo's own (`coba_trl.demo.run.run_demo`), with one more callback: held-out avg@16
@@ -12,7 +13,8 @@ level, and each level's mean pass rate; and where prompts went between their fir
 of those all failed at the first, how many had a success at the last, and the reverse). It also gives each level's
 chance of a right guess: the probability of the likeliest answer at that level (a model that ignores the operands
 and always says it). It looks at GRPO's own accuracy only: it runs no other arm. `--summarize` gives the regime's
-criteria (docs/benchmarks.md, "The frontier regime") over the runs given, one warm start each.
+criteria (docs/benchmarks.md, "The frontier regime") over the runs given, one warm start each; `--table` one row a
+run, sorted by the flat share of its first quarter.
 """
 
 from __future__ import annotations
@@ -251,6 +253,27 @@ def criteria(runs: list[dict]) -> dict:
     }
 
 
+def run_rows(runs: dict[str, dict]) -> list[dict]:
+    """One row a run (`runs`: name -> the run's JSON), sorted by the flat share of its first quarter: that share, the
+    all-failed share in the first and the last quarter, its fall, greedy accuracy before RL and the avg@16 gain. Where
+    the criteria average over warm starts, these show each warm start on its own, across pilots."""
+    rows = []
+    for name, r in runs.items():
+        first, last, curve = r["quarters"][0], r["quarters"][-1], r["avg16_curve"]
+        rows.append(
+            {
+                "run": name,
+                "flat_first": first["flat"],
+                "failed_first": first["failed"],
+                "failed_last": last["failed"],
+                "fall": first["failed"] - last["failed"],
+                "greedy_before": r["greedy"]["accuracy_before"],
+                "gain": curve[-1]["avg"] - curve[0]["avg"],
+            }
+        )
+    return sorted(rows, key=lambda row: (row["flat_first"], row["run"]))
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     flags = argv[argv.index("--") + 1 :] if "--" in argv else []
@@ -261,7 +284,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--samples", type=int, default=16)
     parser.add_argument("--json", default=None, help="Write the run's figures here.")
     parser.add_argument("--summarize", nargs="+", default=None, help="Runs' JSON: the criteria over them.")
+    parser.add_argument("--table", nargs="+", default=None, help="Runs' JSON: one row a run, by first-quarter flat.")
     options = parser.parse_args(own)
+    if options.table:
+        runs = {}
+        for path in options.table:
+            with open(path) as handle:
+                run_json = json.load(handle)
+            name = os.path.splitext(os.path.basename(path))[0]
+            if "stopped" in run_json or not run_json.get("avg16_curve"):  # a pilot stopped before its end
+                print(f"{name}: left out, stopped before its end ({run_json.get('stopped', 'no avg@16 curve')})")
+                continue
+            runs[name] = run_json
+        print("run            flat Q1  all failed Q1 -> Q4   fall  greedy before  avg@16 gain")
+        for row in run_rows(runs):
+            print(
+                f"{row['run']:<14} {row['flat_first']:7.2f}  {row['failed_first']:13.2f} -> {row['failed_last']:.2f}"
+                f"  {row['fall']:+.2f}  {row['greedy_before']:13.3f}  {row['gain']:+11.3f}"
+            )
+        return 0
     if options.summarize:
         runs = []
         for path in options.summarize:

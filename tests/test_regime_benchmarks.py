@@ -146,6 +146,31 @@ def test_each_committed_pilots_criteria_regenerate_from_its_runs(name):
     assert _same(regenerated, json.loads((PILOTS / f"{name}_criteria.json").read_text()))
 
 
+def test_the_table_shows_every_finished_pilot_run_by_its_first_quarter_and_what_the_docs_read_from_it():
+    paths = sorted(PILOTS.glob("p*_seed*.json"))
+    result = pilot("--table", *map(str, paths))
+    assert result.returncode == 0, result.stderr[-2000:]
+    left_out = [line.split(":")[0] for line in result.stdout.splitlines() if "left out" in line]
+    assert left_out == ["p1_seed0", "p2_seed1", "p6_seed1"]  # stopped before their end: no avg@16 curve
+    rows = [line.split() for line in result.stdout.splitlines() if line.startswith("p") and "left out" not in line]
+    assert len(rows) == len(paths) - 3
+    flat = [float(row[1]) for row in rows]
+    assert flat == sorted(flat)
+    bench = load_benchmark("frontier_pilot")
+    runs = {path.stem: json.loads(path.read_text()) for path in paths if path.stem not in left_out}
+    table = bench.run_rows(runs)
+    assert [row["run"] for row in table] == [row[0] for row in rows]
+    p3 = runs["p3_seed1"]
+    row = next(row for row in table if row["run"] == "p3_seed1")
+    assert row["gain"] == pytest.approx(p3["avg16_curve"][-1]["avg"] - p3["avg16_curve"][0]["avg"])
+    assert row["fall"] == pytest.approx(p3["quarters"][0]["failed"] - p3["quarters"][-1]["failed"])
+    # docs/benchmarks.md: no run that starts more than half flat takes off; some at half or less do.
+    above = [row for row in table if row["flat_first"] > 0.5]
+    assert len(above) == 11 and max(row["gain"] for row in above) < 0.04 and max(row["fall"] for row in above) < 0.07
+    below = [row for row in table if row["flat_first"] <= 0.5]
+    assert min(row["gain"] for row in below) > 0.03 and sum(row["fall"] >= 0.15 for row in below) == 5
+
+
 def test_the_regime_pilot_prints_each_levels_flat_shares_after_a_warm_start(tmp_path):
     command = [sys.executable, str(ROOT / "benchmarks" / "regime_pilot.py"), "--operands", "3", "4",
                "--warm-start-steps", "2", "--train-prompts", "16", "--k", "4"]  # fmt: skip
