@@ -66,7 +66,7 @@ def epoch_shares(records: list[dict], prompts_per_epoch: int) -> list[dict]:
 
 def pilot(operands: list[int], warm_start_steps: int, train_prompts: int, k: int, seed: int, **task) -> dict:
     """One warm start and its training prompts' groups of `k`; `task`: further `DemoArguments` fields (the digits of
-    each number, the levels the warm start sees, its learning rate)."""
+    each number, the levels the warm start sees, its learning rate and schedule)."""
     import torch
     from studies.task import sampled_pass_rates
 
@@ -100,6 +100,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--operand-digits", dest="operand_digits", type=int, default=None)
     parser.add_argument("--warm-start-levels", dest="warm_start_levels", type=int, default=None)
     parser.add_argument("--warm-start-lr", dest="warm_start_lr", type=float, default=None)
+    parser.add_argument(
+        "--warm-start-schedule", dest="warm_start_schedule", default=None, help="constant (the demo's), linear, cosine"
+    )
     parser.add_argument("--k", type=int, default=8, help="Completions a prompt (GRPO's group size).")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--rounds", default=None, help="A training run's output_dir: its groups, epoch by epoch.")
@@ -128,8 +131,11 @@ def main(argv: list[str] | None = None) -> int:
         "demo_operand_digits": options.operand_digits,
         "demo_warm_start_levels": options.warm_start_levels,
         "demo_warm_start_learning_rate": options.warm_start_lr,
+        "demo_warm_start_lr_scheduler_type": options.warm_start_schedule,
     }
-    task = {key: value if value is not None else recipe.get(key, getattr(default, key)) for key, value in given.items()}
+    task = {
+        key: value if value is not None else recipe.get(key, getattr(default, key)) for key, value in given.items()
+    }
     from machine import machine_line
 
     print(machine_line(), flush=True)

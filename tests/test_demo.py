@@ -7,6 +7,7 @@ from collections import Counter
 
 import pytest
 import torch
+from transformers import get_scheduler
 
 from coba_trl.demo.accuracy import extract_integer_answer, heldout_accuracy
 from coba_trl.demo.flags import LONGEST_FOLDER_NAME, SUMMARY_FILE, check_output_dir, flagged_output_dir
@@ -87,6 +88,33 @@ def test_a_task_setting_out_of_range_is_refused_naming_the_field():
         DemoArguments(demo_operands=[3, 4], demo_warm_start_levels=3)
     with pytest.raises(ValueError, match="demo_operand_digits"):
         DemoArguments(demo_operand_digits=0)
+    with pytest.raises(ValueError, match=r"demo_warm_start_lr_scheduler_type \('cosine_with_restarts'\).*constant"):
+        DemoArguments(demo_warm_start_lr_scheduler_type="cosine_with_restarts")
+
+
+@pytest.mark.parametrize("schedule", ["constant", "cosine", "linear"])
+def test_the_warm_start_follows_the_learning_rate_schedule_asked_for(monkeypatch, schedule):
+    import coba_trl.demo.warm_start as warm_start_module
+    from coba_trl.demo.config import DemoArguments
+
+    schedulers = []
+
+    def spy(name, optimizer, **kwargs):
+        schedulers.append((name, kwargs, get_scheduler(name, optimizer, **kwargs)))
+        return schedulers[-1][2]
+
+    monkeypatch.setattr(warm_start_module, "get_scheduler", spy)
+    demo = DemoArguments(
+        demo_hidden_size=16, demo_num_layers=1, demo_num_heads=1, demo_num_train_prompts=8, demo_num_heldout=5,
+        demo_warm_start_steps=40, demo_warm_start_lr_scheduler_type=schedule,
+    )  # fmt: skip
+    warm_start_module.warm_started_demo(0, demo)
+    if schedule == "constant":
+        assert schedulers == []  # the demo's own schedule: 20 steps of warm-up, then the rate as given
+    else:
+        [(name, kwargs, scheduler)] = schedulers
+        assert (name, kwargs) == (schedule, {"num_warmup_steps": 20, "num_training_steps": 40})
+        assert scheduler.get_last_lr() == [0.0]  # decayed to 0 at the last step
 
 
 def test_reference_completions_score_one_with_the_dapo_reward():

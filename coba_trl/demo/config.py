@@ -96,6 +96,8 @@ DEMO_COUNT_FLOORS = {
     "demo_warm_start_steps": 0,
     "demo_eval_steps": 0,
 }
+# The warm start's learning-rate schedules: today's constant rate, or transformers' decays of these names.
+WARM_START_SCHEDULES = ("constant", "linear", "cosine")
 
 
 @dataclass
@@ -128,6 +130,9 @@ class DemoArguments:
             Supervised warm-start steps before RL; deliberately short so the model starts mediocre.
         demo_warm_start_learning_rate (`float`, *optional*, defaults to `3e-3`):
             Learning rate of the warm start.
+        demo_warm_start_lr_scheduler_type (`str`, *optional*, defaults to `"constant"`):
+            Learning-rate schedule of the warm start after its 20 steps of warm-up: `"constant"`, or `"linear"` /
+            `"cosine"` to decay it to 0 at the last step.
         demo_eval_steps (`int`, *optional*, defaults to `10`):
             Measure held-out accuracy every this many RL steps (0: before and after RL only).
         overwrite_output_dir (`bool`, *optional*, defaults to `False`):
@@ -159,6 +164,14 @@ class DemoArguments:
         default=300, metadata={"help": "Supervised warm-start steps before RL (0 skips the warm start)."}
     )
     demo_warm_start_learning_rate: float = field(default=3e-3, metadata={"help": "Learning rate of the warm start."})
+    demo_warm_start_lr_scheduler_type: str = field(
+        default="constant",
+        metadata={
+            "help": "Learning-rate schedule of the warm start after 20 steps of warm-up: constant, or linear or cosine "
+            "(decayed to 0 at its last step).",
+            "choices": list(WARM_START_SCHEDULES),
+        },
+    )
     demo_eval_steps: int = field(
         default=10,
         metadata={"help": "Measure held-out accuracy every this many RL steps (0: before and after RL only)."},
@@ -204,6 +217,11 @@ class DemoArguments:
             raise ValueError(
                 f"demo_warm_start_levels ({levels}) must be between 1 and the number of levels in demo_operands "
                 f"({len(self.demo_operands)}), or left unset for all of them."
+            )
+        if self.demo_warm_start_lr_scheduler_type not in WARM_START_SCHEDULES:
+            raise ValueError(
+                f"demo_warm_start_lr_scheduler_type ({self.demo_warm_start_lr_scheduler_type!r}) must be one of "
+                f"{', '.join(WARM_START_SCHEDULES)}, e.g. --demo_warm_start_lr_scheduler_type constant (the default)."
             )
         if not (math.isfinite(self.demo_warm_start_learning_rate) and self.demo_warm_start_learning_rate > 0):
             raise ValueError(

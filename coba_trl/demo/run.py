@@ -29,7 +29,7 @@ from coba_trl.demo.console import use_compact_console
 from coba_trl.demo.flags import BEFORE_RL_FILE, SUMMARY_FILE, check_checkpoint, resumes_latest
 from coba_trl.demo.model import build_demo_model
 from coba_trl.demo.task import Problem, demo_problem_sets, to_prompt_dataset
-from coba_trl.demo.warm_start import warm_start
+from coba_trl.demo.warm_start import demo_warm_start
 from coba_trl.model_card import complete_model_card
 from coba_trl.plot import plot_run
 from coba_trl.rewards import dapo_accuracy_reward
@@ -175,13 +175,12 @@ def run_demo(
             f"[warm-start] {demo_args.demo_warm_start_steps} supervised steps on {len(sft_problems)} problems",
             flush=True,
         )
-        warm_start(
+        demo_warm_start(
             model,
             tokenizer,
             sft_problems,
-            steps=demo_args.demo_warm_start_steps,
-            learning_rate=demo_args.demo_warm_start_learning_rate,
-            seed=training_args.seed,
+            demo_args,
+            training_args.seed,
             log_every=50 if training_args.process_index == 0 else 0,
         )
         before = heldout_accuracy(model, tokenizer, heldout, max_new_tokens)
@@ -227,6 +226,7 @@ def run_demo(
         "operand_digits": demo_args.demo_operand_digits,
         "warm_start_levels": demo_args.demo_warm_start_levels,  # None: every level
         "warm_start_steps": demo_args.demo_warm_start_steps,
+        "warm_start_lr_scheduler_type": demo_args.demo_warm_start_lr_scheduler_type,
         "train_prompts": len(train_problems),
         "heldout_problems": len(heldout),
         "rl_wall_time_s": round(time.perf_counter() - rl_start, 1),

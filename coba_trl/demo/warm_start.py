@@ -10,7 +10,7 @@ from __future__ import annotations
 import random
 
 import torch
-from transformers import PreTrainedModel, PreTrainedTokenizerBase
+from transformers import PreTrainedModel, PreTrainedTokenizerBase, get_scheduler
 
 from coba_trl.demo.task import Problem
 
@@ -45,12 +45,19 @@ def warm_start(
     learning_rate: float = 3e-3,
     seed: int = 0,
     log_every: int = 50,
+    lr_scheduler_type: str = "constant",
 ) -> list[float]:
-    """Run ``steps`` AdamW steps of supervised fine-tuning on ``problems``; returns the loss of each step."""
+    """Run ``steps`` AdamW steps of supervised fine-tuning on ``problems``; returns the loss of each step.
+
+    The learning rate rises over the first 20 steps, then stays (``"constant"``) or decays to 0 at the last step
+    (``"linear"`` or ``"cosine"``, transformers' schedules of those names)."""
     examples = [encode_pair(tokenizer, p) for p in problems]
     rng = random.Random(seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate, weight_decay=0.0)
-    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / 20))
+    if lr_scheduler_type == "constant":
+        schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / 20))
+    else:
+        schedule = get_scheduler(lr_scheduler_type, optimizer, num_warmup_steps=20, num_training_steps=steps)
     model.train()
     losses = []
     for step in range(steps):
@@ -67,6 +74,20 @@ def warm_start(
             print(f"[warm-start] step {step + 1}/{steps}  loss {loss.item():.3f}", flush=True)
     model.eval()
     return losses
+
+
+def demo_warm_start(model, tokenizer, problems: list[Problem], demo, seed: int, log_every: int = 0) -> list[float]:
+    """`warm_start` with the settings of `demo` (`DemoArguments`): its steps, learning rate and schedule."""
+    return warm_start(
+        model,
+        tokenizer,
+        problems,
+        steps=demo.demo_warm_start_steps,
+        learning_rate=demo.demo_warm_start_learning_rate,
+        seed=seed,
+        log_every=log_every,
+        lr_scheduler_type=demo.demo_warm_start_lr_scheduler_type,
+    )
 
 
 def warm_started_demo(seed: int = 0, demo=None):
@@ -89,13 +110,5 @@ def warm_started_demo(seed: int = 0, demo=None):
         digits=demo.demo_operand_digits,
         warm_start_levels=demo.demo_warm_start_levels,
     )
-    warm_start(
-        model,
-        tokenizer,
-        sft,
-        steps=demo.demo_warm_start_steps,
-        learning_rate=demo.demo_warm_start_learning_rate,
-        seed=seed,
-        log_every=0,
-    )
+    demo_warm_start(model, tokenizer, sft, demo, seed)
     return model, tokenizer, train, heldout
