@@ -283,8 +283,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--eval-every", dest="eval_every", type=int, default=5)
     parser.add_argument("--samples", type=int, default=16)
     parser.add_argument("--json", default=None, help="Write the run's figures here.")
-    parser.add_argument("--summarize", nargs="+", default=None, help="Runs' JSON: the criteria over them.")
-    parser.add_argument("--table", nargs="+", default=None, help="Runs' JSON: one row a run, by first-quarter flat.")
+    readers = parser.add_mutually_exclusive_group()
+    readers.add_argument("--summarize", nargs="+", default=None, help="Runs' JSON: the criteria over them.")
+    readers.add_argument("--table", nargs="+", default=None, help="Runs' JSON: one row a run, by first-quarter flat.")
     options = parser.parse_args(own)
     if options.table:
         runs = {}

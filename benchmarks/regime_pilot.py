@@ -101,7 +101,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warm-start-levels", dest="warm_start_levels", type=int, default=None)
     parser.add_argument("--warm-start-lr", dest="warm_start_lr", type=float, default=None)
     parser.add_argument(
-        "--warm-start-schedule", dest="warm_start_schedule", default=None, help="constant (the demo's), linear, cosine"
+        "--warm-start-schedule",
+        dest="warm_start_schedule",
+        default=None,
+        choices=("constant", "linear", "cosine"),
+        help="The warm start's learning-rate schedule (the demo's: constant).",
     )
     parser.add_argument("--k", type=int, default=8, help="Completions a prompt (GRPO's group size).")
     parser.add_argument("--seed", type=int, default=0)

@@ -88,8 +88,13 @@ def test_a_task_setting_out_of_range_is_refused_naming_the_field():
         DemoArguments(demo_operands=[3, 4], demo_warm_start_levels=3)
     with pytest.raises(ValueError, match="demo_operand_digits"):
         DemoArguments(demo_operand_digits=0)
-    with pytest.raises(ValueError, match=r"demo_warm_start_lr_scheduler_type \('cosine_with_restarts'\).*constant"):
+    with pytest.raises(ValueError, match=r"demo_warm_start_lr_scheduler_type \(cosine_with_restarts\).*constant"):
         DemoArguments(demo_warm_start_lr_scheduler_type="cosine_with_restarts")
+    # transformers' decays never start within the 20 steps of warm-up: 20 cosine steps would end at 0.95 of the rate.
+    with pytest.raises(ValueError, match=r"more than 20 warm-start steps \(demo_warm_start_steps is 20\)"):
+        DemoArguments(demo_warm_start_lr_scheduler_type="cosine", demo_warm_start_steps=20)
+    DemoArguments(demo_warm_start_lr_scheduler_type="linear", demo_warm_start_steps=21)
+    DemoArguments(demo_warm_start_lr_scheduler_type="linear", demo_warm_start_steps=0)  # no warm start at all
 
 
 @pytest.mark.parametrize("schedule", ["constant", "cosine", "linear"])
@@ -222,3 +227,5 @@ def test_the_model_card_names_the_levels_the_warm_start_saw():
     assert card_results(summary, 1.0)["Warm start"] == "300 supervised steps on sums of 4, 6, 8, 10, 12 single digits"
     summary.update(warm_start_levels=2, operand_digits=2)
     assert card_results(summary, 1.0)["Warm start"] == "300 supervised steps on sums of 4, 6 numbers of up to 2 digits"
+    summary.update(warm_start_lr_scheduler_type="cosine")
+    assert card_results(summary, 1.0)["Warm start"].startswith("300 supervised steps (cosine learning-rate decay) on")

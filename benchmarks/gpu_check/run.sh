@@ -30,9 +30,9 @@ elif pip_install --find-links "$wheels" -r benchmarks/gpu_check/requirements.txt
 elif pip_install --no-deps "$wheels"/*.whl && importable; then
     how="pip --no-deps"
 elif pip_install --no-deps --target "$site" "$wheels"/*.whl && importable; then
-    how="pip --target $site, on PYTHONPATH"
+    how="pip --target a temporary folder on PYTHONPATH (removed at exit)"
 elif unpack "$site" "$wheels"/*.whl >>"$log" 2>&1 && importable; then
-    how="unpacked into $site, on PYTHONPATH"
+    how="unpacked into a temporary folder on PYTHONPATH (removed at exit)"
 else
     echo "TRL 1.16, datasets or math-verify not importable after every way to install $wheels: see $log"
     exit 1

@@ -96,8 +96,10 @@ DEMO_COUNT_FLOORS = {
     "demo_warm_start_steps": 0,
     "demo_eval_steps": 0,
 }
-# The warm start's learning-rate schedules: today's constant rate, or transformers' decays of these names.
+# The warm start's learning-rate schedules: the demo's constant rate, or transformers' decays of these names; each
+# rises over the first WARM_START_WARMUP_STEPS steps.
 WARM_START_SCHEDULES = ("constant", "linear", "cosine")
+WARM_START_WARMUP_STEPS = 20
 
 
 @dataclass
@@ -132,7 +134,7 @@ class DemoArguments:
             Learning rate of the warm start.
         demo_warm_start_lr_scheduler_type (`str`, *optional*, defaults to `"constant"`):
             Learning-rate schedule of the warm start after its 20 steps of warm-up: `"constant"`, or `"linear"` /
-            `"cosine"` to decay it to 0 at the last step.
+            `"cosine"` to decay it to 0 at the last step (transformers' schedules; more than 20 warm-start steps).
         demo_eval_steps (`int`, *optional*, defaults to `10`):
             Measure held-out accuracy every this many RL steps (0: before and after RL only).
         overwrite_output_dir (`bool`, *optional*, defaults to `False`):
@@ -218,10 +220,18 @@ class DemoArguments:
                 f"demo_warm_start_levels ({levels}) must be between 1 and the number of levels in demo_operands "
                 f"({len(self.demo_operands)}), or left unset for all of them."
             )
-        if self.demo_warm_start_lr_scheduler_type not in WARM_START_SCHEDULES:
+        schedule = self.demo_warm_start_lr_scheduler_type
+        if schedule not in WARM_START_SCHEDULES:
             raise ValueError(
-                f"demo_warm_start_lr_scheduler_type ({self.demo_warm_start_lr_scheduler_type!r}) must be one of "
-                f"{', '.join(WARM_START_SCHEDULES)}, e.g. --demo_warm_start_lr_scheduler_type constant (the default)."
+                f"demo_warm_start_lr_scheduler_type ({schedule}) must be one of {', '.join(WARM_START_SCHEDULES)}, "
+                "e.g. --demo_warm_start_lr_scheduler_type constant (the default)."
+            )
+        if schedule != "constant" and 0 < self.demo_warm_start_steps <= WARM_START_WARMUP_STEPS:
+            raise ValueError(
+                f"demo_warm_start_lr_scheduler_type ({schedule}) decays the learning rate after "
+                f"{WARM_START_WARMUP_STEPS} steps of warm-up, so it needs more than {WARM_START_WARMUP_STEPS} "
+                f"warm-start steps (demo_warm_start_steps is {self.demo_warm_start_steps}): pass more "
+                "--demo_warm_start_steps, or --demo_warm_start_lr_scheduler_type constant."
             )
         if not (math.isfinite(self.demo_warm_start_learning_rate) and self.demo_warm_start_learning_rate > 0):
             raise ValueError(

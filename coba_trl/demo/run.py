@@ -121,7 +121,13 @@ def card_results(summary: dict, temperature: float) -> dict[str, str]:
             f"{summary['accuracy_before']:.3f} before RL -> {summary['accuracy_after']:.3f} after"
         ),
         "RL": f"{summary['steps']} steps, {summary['rollouts']} completions generated at temperature {temperature}",
-        "Warm start": f"{summary['warm_start_steps']} supervised steps on sums of "
+        "Warm start": f"{summary['warm_start_steps']} supervised steps"
+        + (
+            f" ({summary['warm_start_lr_scheduler_type']} learning-rate decay)"
+            if summary.get("warm_start_lr_scheduler_type", "constant") != "constant"
+            else ""
+        )
+        + " on sums of "
         f"{operand_range(summary['operands'][: summary.get('warm_start_levels')])} "
         + (
             "single digits"

@@ -12,6 +12,7 @@ import random
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase, get_scheduler
 
+from coba_trl.demo.config import WARM_START_WARMUP_STEPS
 from coba_trl.demo.task import Problem
 
 
@@ -50,14 +51,21 @@ def warm_start(
     """Run ``steps`` AdamW steps of supervised fine-tuning on ``problems``; returns the loss of each step.
 
     The learning rate rises over the first 20 steps, then stays (``"constant"``) or decays to 0 at the last step
-    (``"linear"`` or ``"cosine"``, transformers' schedules of those names)."""
+    (``"linear"`` or ``"cosine"``, transformers' schedules of those names, which need more than 20 steps)."""
     examples = [encode_pair(tokenizer, p) for p in problems]
     rng = random.Random(seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate, weight_decay=0.0)
     if lr_scheduler_type == "constant":
-        schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / 20))
-    else:
-        schedule = get_scheduler(lr_scheduler_type, optimizer, num_warmup_steps=20, num_training_steps=steps)
+        warmup = WARM_START_WARMUP_STEPS
+        schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / warmup))
+    elif steps == 0 or steps > WARM_START_WARMUP_STEPS:
+        schedule = get_scheduler(
+            lr_scheduler_type, optimizer, num_warmup_steps=WARM_START_WARMUP_STEPS, num_training_steps=steps
+        )
+    else:  # the decay would never start
+        raise ValueError(
+            f"A {lr_scheduler_type} warm start needs more than {WARM_START_WARMUP_STEPS} steps (got {steps})."
+        )
     model.train()
     losses = []
     for step in range(steps):
