@@ -63,6 +63,11 @@ def test_a_level_with_too_few_distinct_questions_is_refused_up_front_rather_than
     with pytest.raises(ValueError, match=r"demo_operands \(\[2, 3\]\).*100 distinct.*406.*demo_num_train_prompts"):
         DemoArguments(demo_operands=[2, 3], demo_num_train_prompts=512, demo_num_heldout=300)
     DemoArguments(demo_operands=[2, 3], demo_num_train_prompts=128, demo_num_heldout=72)  # 64 + 36 = 100: fits
+    # Where every level has the questions, any count is drawn: 3,000 held-out problems over the default levels (a
+    # fixed cap of 500 a level refused them, naming neither the flag nor the fix).
+    DemoArguments(demo_num_heldout=3000)
+    train, heldout, _ = demo_problem_sets(512, 3000, 0, seed=0)
+    assert len(heldout) == 3000 and not {p.question for p in train} & {p.question for p in heldout}
 
 
 @pytest.mark.parametrize(

@@ -94,8 +94,6 @@ def demo_problem_sets(
     training set contains a held-out question.
     """
     operands = tuple(operands_per_level)
-    if num_heldout > 500 * len(operands):
-        raise ValueError(f"num_heldout ({num_heldout}) must be at most {500 * len(operands)}.")
     short = level_shortfall(num_train, num_heldout, operands, digits)
     if short is not None:
         raise ValueError(
