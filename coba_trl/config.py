@@ -434,6 +434,12 @@ class CoBAConfig(_GRPOConfig):
                 "0 when the first round generates, and greedy decoding (vLLM's 0) makes every completion of a group "
                 "identical, so every advantage is 0. Pass a positive temperature (--temperature 1.0, the paper's)."
             )
+        if self.max_completion_length is not None and self.max_completion_length < 1:
+            raise ValueError(
+                f"max_completion_length ({self.max_completion_length}) must be at least 1: generation refuses to "
+                "produce no token at the first round. Pass a positive length (--max_completion_length 512, TRL's "
+                "default)."
+            )
         if not (math.isfinite(self.repetition_penalty) and self.repetition_penalty > 0):
             raise ValueError(
                 f"repetition_penalty ({self.repetition_penalty}) must be a positive, finite number (1.0 = none), or "

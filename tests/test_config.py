@@ -56,6 +56,7 @@ def test_trl_parser_reads_yaml_and_command_line(tmp_path):
         (dict(temperature=0.0), "temperature"),
         (dict(repetition_penalty=0.0), "repetition_penalty"),
         (dict(top_k=-1), r"top_k \(-1\) must be >= 0.*--top_k 0"),
+        (dict(max_completion_length=0), r"max_completion_length \(0\) must be at least 1.*--max_completion_length"),
     ],
 )
 def test_bad_fields_name_themselves(tmp_path, overrides, field):

@@ -93,6 +93,12 @@ def test_a_task_setting_out_of_range_is_refused_naming_the_field():
         DemoArguments(demo_operands=[3, 4], demo_warm_start_levels=3)
     with pytest.raises(ValueError, match="demo_operand_digits"):
         DemoArguments(demo_operand_digits=0)
+    # A head size that is not whole (64 / 3) or odd (66 / 2) failed inside the model's rotary embedding at the first
+    # evaluation, after the warm start.
+    for hidden, heads in ((64, 3), (66, 2)):
+        with pytest.raises(ValueError, match=rf"demo_hidden_size \({hidden}\) / demo_num_heads \({heads}\).*even"):
+            DemoArguments(demo_hidden_size=hidden, demo_num_heads=heads)
+    DemoArguments(demo_hidden_size=60, demo_num_heads=3)  # head size 20
     with pytest.raises(ValueError, match=r"demo_warm_start_lr_scheduler_type \(cosine_with_restarts\).*constant"):
         DemoArguments(demo_warm_start_lr_scheduler_type="cosine_with_restarts")
     # transformers' decays never start within the 20 steps of warm-up: 20 cosine steps would end at 0.95 of the rate.

@@ -113,8 +113,8 @@ class DemoArguments:
         demo_num_layers (`int`, *optional*, defaults to `2`):
             Number of transformer layers of the tiny model.
         demo_num_heads (`int`, *optional*, defaults to `2`):
-            Attention heads of the tiny model (head size `demo_hidden_size / demo_num_heads`; vLLM's CPU attention
-            needs 32 or more).
+            Attention heads of the tiny model (head size `demo_hidden_size / demo_num_heads`, a whole, even number;
+            vLLM's CPU attention needs 32 or more).
         demo_operands (`list[int]`, *optional*, defaults to `[3, 4, 5, 6, 7]`):
             Difficulty levels of the arithmetic task: level i sums this many single digits. The prompts of the RL
             training set, the held-out problems and the warm start cycle through the levels evenly.
@@ -202,6 +202,13 @@ class DemoArguments:
                     f"{name} ({value}) must be a whole number of at least {least}, e.g. --{name} {default} (the "
                     "default)."
                 )
+        head_size, left = divmod(self.demo_hidden_size, self.demo_num_heads)
+        if left or head_size % 2:
+            raise ValueError(
+                f"demo_hidden_size ({self.demo_hidden_size}) / demo_num_heads ({self.demo_num_heads}) must be a whole, "
+                "even head size (rotary position embeddings rotate pairs of dimensions), e.g. --demo_hidden_size 64 "
+                "--demo_num_heads 2 (the defaults; vLLM's CPU attention needs a head size of 32 or more)."
+            )
         short = level_shortfall(
             self.demo_num_train_prompts, self.demo_num_heldout, tuple(self.demo_operands), self.demo_operand_digits
         )
