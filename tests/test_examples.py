@@ -280,6 +280,30 @@ def test_a_resumed_demo_ends_where_the_uninterrupted_one_does(tmp_path, saved_de
     assert [record.get("reward") for record in histories[0]] == [record.get("reward") for record in histories[1]]
 
 
+def test_the_demo_with_a_kl_term_keeps_the_warm_start_as_its_reference_when_resumed(tmp_path, saved_demo):
+    # TRL loads the reference model from model.name_or_path, which the built-in model has not (an OSError at
+    # construction before): the warm start goes to a folder, and a resumed run takes that folder, not the model in
+    # memory (a fresh initialisation), so it ends where the uninterrupted run does.
+    from safetensors.torch import load_file
+
+    script = load_script()
+    full, resumed = tmp_path / "full", tmp_path / "resumed"
+    kl = [*SHORT_DEMO, "--beta", "0.04", "--save_steps", "2"]
+    script.main([*kl, "--output_dir", str(full)])
+    assert (full / "warm_start_model" / "model.safetensors").exists()
+    script.main([*kl, "--resume_from_checkpoint", str(full / "checkpoint-2"), "--output_dir", str(resumed)])
+    assert not (resumed / "warm_start_model").exists()  # the first run's folder, beside its checkpoint
+    summaries = _summaries(full, resumed)
+    assert summaries[0] == summaries[1]
+    weights = [load_file(run / "model.safetensors") for run in (full, resumed)]
+    assert all(torch.equal(weights[0][name], weights[1][name]) for name in weights[0])
+    # A run without the folder (beta 0, no vLLM) cannot give a KL term its reference when resumed.
+    with pytest.raises(ValueError, match=r"beta \(0.04\).*warm-started model.*--beta 0"):
+        script.main(
+            [*kl, "--resume_from_checkpoint", str(saved_demo / "checkpoint-2"), "--output_dir", str(tmp_path / "x")]
+        )
+
+
 @pytest.mark.slow
 def test_the_demo_relaunched_with_resume_true_skips_a_checkpoint_whose_save_was_cut_short(
     tmp_path, saved_demo, capsys

@@ -37,7 +37,7 @@ from coba_trl.trainer import CoBAGRPOTrainer
 
 DATASET_NAME = "coba-trl built-in arithmetic (generated)"
 BASE_MODEL = "a tiny Qwen2 model built in memory (`coba_trl.tiny`) after a short supervised warm start"
-ENGINE_MODEL_DIR = "warm_start_model"  # with --use_vllm: what a colocated vLLM engine loads
+ENGINE_MODEL_DIR = "warm_start_model"  # what a colocated vLLM engine loads, and TRL's reference model with beta > 0
 
 
 class HeldoutAccuracyCallback(TrainerCallback):
@@ -90,11 +90,26 @@ def generation_rounds(args: CoBAConfig, global_steps: int) -> int:
     return -(-micro_steps // (args.steps_per_generation * args.num_iterations))
 
 
-def engine_model_dir(model, tokenizer, training_args: CoBAConfig) -> None:
-    """The warm-started model in a folder, from which a colocated vLLM engine loads it (TRL builds the engine from
-    `model.name_or_path`); on vLLM's CPU build, 1 GiB of KV cache unless `VLLM_CPU_KVCACHE_SPACE` says otherwise."""
+def engine_model_dir(model, tokenizer, training_args: CoBAConfig, checkpoint: str | None = None) -> None:
+    """The warm-started model in a folder, from which TRL builds what it loads by `model.name_or_path`: a colocated
+    vLLM engine, and the reference model of the KL term when beta > 0 (the model RL starts from); on vLLM's CPU build,
+    1 GiB of KV cache unless `VLLM_CPU_KVCACHE_SPACE` says otherwise. A run resumed from `checkpoint` uses the folder
+    its first run wrote beside the checkpoint (the model in memory is not the warm start then)."""
     folder = os.path.join(training_args.output_dir, ENGINE_MODEL_DIR)
-    if training_args.process_index == 0:
+    saved = None
+    if checkpoint:
+        first_run = os.path.join(os.path.dirname(os.path.abspath(checkpoint)), ENGINE_MODEL_DIR)
+        saved = next((f for f in (first_run, folder) if os.path.exists(os.path.join(f, "config.json"))), None)
+        if saved is None and training_args.beta != 0.0:
+            raise ValueError(
+                f"beta ({training_args.beta}): the KL term's reference is the warm-started model, which the run that "
+                f"wrote {checkpoint} did not save beside it in {ENGINE_MODEL_DIR}/ (it ran with beta 0 and without a "
+                "colocated vLLM engine). Resume with --beta 0, or start a new run with this beta."
+            )
+        # Without it, vLLM's engine gets the checkpoint's weights at the first round: any model of the shape will do.
+    if saved is not None:
+        folder = saved
+    elif training_args.process_index == 0:
         model.save_pretrained(folder)
         tokenizer.save_pretrained(folder)
     if torch.distributed.is_initialized():
@@ -191,8 +206,10 @@ def run_demo(
         )
         before = heldout_accuracy(model, tokenizer, heldout, max_new_tokens)
         say(f"[warm-start] held-out accuracy before RL: {before['accuracy']:.3f}", flush=True)
-    if training_args.use_vllm and training_args.vllm_mode == "colocate":
-        engine_model_dir(model, tokenizer, training_args)
+    # TRL loads these from model.name_or_path, which the built-in model has not: the warm start goes to a folder.
+    colocated = training_args.use_vllm and training_args.vllm_mode == "colocate"
+    if colocated or (training_args.beta != 0.0 and peft_config is None):
+        engine_model_dir(model, tokenizer, training_args, checkpoint)
     rl_start = time.perf_counter()
 
     trainer = CoBAGRPOTrainer(
