@@ -412,6 +412,17 @@ class CoBAConfig(_GRPOConfig):
     def _check_training_values(self) -> None:
         """TRL and transformers values they accept at construction that would fail (or train nothing) only once
         training has started: torch's optimizer at the first step, generation at the first round."""
+        for name in ("per_device_train_batch_size", "gradient_accumulation_steps", "steps_per_generation"):
+            if getattr(self, name) < 1:  # a round of 0 rows divides by zero when the sampler is built
+                raise ValueError(
+                    f"{name} ({getattr(self, name)}) must be at least 1: a round of no rows cannot be trained. Pass "
+                    f"--{name} 1 or more."
+                )
+        if self.num_iterations < 1:  # TRL then trains on no round, silently
+            raise ValueError(
+                f"num_iterations ({self.num_iterations}) must be at least 1 (the optimizer passes over each round's "
+                "rows): 0 trains nothing. Pass --num_iterations 1 (TRL's default)."
+            )
         if self.top_k < 0:
             raise ValueError(
                 f"top_k ({self.top_k}) must be >= 0: transformers' generation refuses a negative top_k at the first "

@@ -57,6 +57,11 @@ def test_trl_parser_reads_yaml_and_command_line(tmp_path):
         (dict(repetition_penalty=0.0), "repetition_penalty"),
         (dict(top_k=-1), r"top_k \(-1\) must be >= 0.*--top_k 0"),
         (dict(max_completion_length=0), r"max_completion_length \(0\) must be at least 1.*--max_completion_length"),
+        # A round of no rows divided by zero when the sampler was built; 0 passes over each round trained nothing.
+        (dict(per_device_train_batch_size=0), r"per_device_train_batch_size \(0\) must be at least 1"),
+        (dict(gradient_accumulation_steps=0), r"gradient_accumulation_steps \(0\) must be at least 1"),
+        (dict(steps_per_generation=0), r"steps_per_generation \(0\) must be at least 1"),
+        (dict(num_iterations=0), r"num_iterations \(0\) must be at least 1.*--num_iterations 1"),
     ],
 )
 def test_bad_fields_name_themselves(tmp_path, overrides, field):
