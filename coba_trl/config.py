@@ -49,6 +49,20 @@ else:
             super().__post_init__()
 
 
+# The CoBAConfig field behind each argument of `coba_trl.allocation.build_allocator`, for refusals that name the field.
+ALLOCATOR_FIELDS = {
+    "min_budget": "min_generations",
+    "max_budget": "max_generations",
+    "kappa": "coba_kappa",
+    "window": "coba_window",
+    "gamma": "coba_gamma",
+    "tau": "coba_tau",
+    "heap_fraction": "coba_heap_fraction",
+    "hard_threshold": "coba_hard_threshold",
+    "easy_threshold": "coba_easy_threshold",
+}
+
+
 @dataclass
 class CoBAConfig(_GRPOConfig):
     r"""
@@ -407,7 +421,18 @@ class CoBAConfig(_GRPOConfig):
             )
         if not math.isfinite(self.success_threshold):
             raise ValueError(f"success_threshold ({self.success_threshold}) must be a finite number.")
-        self.build_allocator()
+        try:
+            self.build_allocator()
+        except ValueError as error:  # the allocators name their own arguments: say which field sets each
+            argument = str(error).split(" ", 1)[0]
+            name = ALLOCATOR_FIELDS.get(argument)
+            if name is None:
+                raise
+            default = self.__dataclass_fields__[name].default
+            fix = f"Leave --{name} unset" if default is None else f"Pass --{name} {default}"
+            raise ValueError(
+                f"{name} ({getattr(self, name)}): {error} {fix} (the default) or a value in range."
+            ) from None
 
     def _check_training_values(self) -> None:
         """TRL and transformers values they accept at construction that would fail (or train nothing) only once

@@ -76,9 +76,14 @@ def test_the_config_builds_the_history_it_describes(tmp_path):
     assert CoBAConfig(output_dir=str(tmp_path), **BASE).build_pass_rate_history().prior_strength == 0.0
 
 
-def test_bad_allocator_parameters_fail_at_construction(tmp_path):
-    with pytest.raises(ValueError):
+def test_bad_allocator_parameters_fail_at_construction_naming_the_field(tmp_path):
+    # The allocators name their own arguments (kappa, heap_fraction): the refusal says which field sets each.
+    with pytest.raises(
+        ValueError, match=r"^coba_kappa \(1.0\): kappa must lie in .*Pass --coba_kappa 11.0 \(the default\)"
+    ):
         CoBAConfig(output_dir=str(tmp_path), coba_kappa=1.0, **BASE)
+    with pytest.raises(ValueError, match=r"^coba_heap_fraction \(2.0\): .*Leave --coba_heap_fraction unset"):
+        CoBAConfig(output_dir=str(tmp_path), coba_heap_fraction=2.0, **BASE)
 
 
 def test_every_coba_field_is_documented():
