@@ -421,6 +421,12 @@ class CoBAConfig(_GRPOConfig):
             )
         if not math.isfinite(self.success_threshold):
             raise ValueError(f"success_threshold ({self.success_threshold}) must be a finite number.")
+        hard, easy = self.coba_hard_threshold, self.coba_easy_threshold
+        if hard is not None and easy is not None and hard > easy:  # the allocator's message names only the first
+            raise ValueError(
+                f"coba_hard_threshold ({hard}) must not exceed coba_easy_threshold ({easy}): lower "
+                "--coba_hard_threshold (default 0.05) or raise --coba_easy_threshold (default 0.99)."
+            )
         try:
             self.build_allocator()
         except ValueError as error:  # the allocators name their own arguments: say which field sets each
@@ -431,7 +437,7 @@ class CoBAConfig(_GRPOConfig):
             default = self.__dataclass_fields__[name].default
             fix = f"Leave --{name} unset" if default is None else f"Pass --{name} {default}"
             raise ValueError(
-                f"{name} ({getattr(self, name)}): {error} {fix} (the default) or a value in range."
+                f"{name} ({getattr(self, name)}): {error} {fix} (the default) or give it a value in that range."
             ) from None
 
     def _check_training_values(self) -> None:

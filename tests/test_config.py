@@ -84,6 +84,11 @@ def test_bad_allocator_parameters_fail_at_construction_naming_the_field(tmp_path
         CoBAConfig(output_dir=str(tmp_path), coba_kappa=1.0, **BASE)
     with pytest.raises(ValueError, match=r"^coba_heap_fraction \(2.0\): .*Leave --coba_heap_fraction unset"):
         CoBAConfig(output_dir=str(tmp_path), coba_heap_fraction=2.0, **BASE)
+    # The pair: an easy threshold set below the default hard one names both fields, not only the one left alone.
+    with pytest.raises(
+        ValueError, match=r"^coba_hard_threshold \(0.05\) must not exceed coba_easy_threshold \(0.01\)"
+    ):
+        CoBAConfig(output_dir=str(tmp_path), coba_easy_threshold=0.01, **BASE)
 
 
 def test_every_coba_field_is_documented():

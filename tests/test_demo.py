@@ -66,6 +66,11 @@ def test_a_level_with_too_few_distinct_questions_is_refused_up_front_rather_than
     # Where every level has the questions, any count is drawn: 3,000 held-out problems over the default levels (a
     # fixed cap of 500 a level refused them, naming neither the flag nor the fix).
     DemoArguments(demo_num_heldout=3000)
+    # The warm start draws outside the held-out set: a level whose questions all went to it would be drawn forever.
+    with pytest.raises(ValueError, match=r"level of 3 numbers .* 1000 distinct questions, fewer than the 1001"):
+        DemoArguments(demo_operands=[7, 3], demo_num_train_prompts=1, demo_num_heldout=2000)
+    with pytest.raises(ValueError, match=r"3 numbers has 1000 distinct questions, fewer than the 1001"):
+        demo_problem_sets(1, 2000, 10, seed=0, operands_per_level=(7, 3))
     train, heldout, _ = demo_problem_sets(512, 3000, 0, seed=0)
     assert len(heldout) == 3000 and not {p.question for p in train} & {p.question for p in heldout}
 
@@ -240,3 +245,19 @@ def test_the_model_card_names_the_levels_the_warm_start_saw():
     assert card_results(summary, 1.0)["Warm start"] == "300 supervised steps on sums of 4, 6 numbers of up to 2 digits"
     summary.update(warm_start_lr_scheduler_type="cosine")
     assert card_results(summary, 1.0)["Warm start"].startswith("300 supervised steps (cosine learning-rate decay) on")
+
+
+def test_a_resumed_run_without_a_saved_warm_start_gives_its_engine_a_folder_no_kl_term_can_take(tmp_path):
+    # A colocated vLLM engine needs a model folder; the model in memory of a resumed run is a fresh initialisation,
+    # which must not be written where a later run with a KL term looks for the warm start.
+    from types import SimpleNamespace
+
+    from coba_trl.demo.run import ENGINE_MODEL_DIR, engine_model_dir
+
+    tokenizer = build_byte_tokenizer()
+    model = build_tiny_qwen2(tokenizer, hidden_size=16, num_hidden_layers=1)
+    args = SimpleNamespace(output_dir=str(tmp_path / "run"), beta=0.0, process_index=0)
+    engine_model_dir(model, tokenizer, args, checkpoint=str(tmp_path / "first" / "checkpoint-2"))
+    assert not (tmp_path / "run" / ENGINE_MODEL_DIR).exists()
+    assert model.name_or_path == str(tmp_path / "run" / "engine_model")
+    assert (tmp_path / "run" / "engine_model" / "config.json").exists()

@@ -38,6 +38,9 @@ from coba_trl.trainer import CoBAGRPOTrainer
 DATASET_NAME = "coba-trl built-in arithmetic (generated)"
 BASE_MODEL = "a tiny Qwen2 model built in memory (`coba_trl.tiny`) after a short supervised warm start"
 ENGINE_MODEL_DIR = "warm_start_model"  # what a colocated vLLM engine loads, and TRL's reference model with beta > 0
+# A resumed run whose first run saved no warm start: a model of its shape for the engine only (the checkpoint's weights
+# reach the engine at the first round), kept apart so that no later run takes it for the warm start.
+RESUMED_ENGINE_MODEL_DIR = "engine_model"
 
 
 class HeldoutAccuracyCallback(TrainerCallback):
@@ -106,7 +109,8 @@ def engine_model_dir(model, tokenizer, training_args: CoBAConfig, checkpoint: st
                 f"wrote {checkpoint} did not save beside it in {ENGINE_MODEL_DIR}/ (it ran with beta 0 and without a "
                 "colocated vLLM engine). Resume with --beta 0, or start a new run with this beta."
             )
-        # Without it, vLLM's engine gets the checkpoint's weights at the first round: any model of the shape will do.
+        if saved is None:
+            folder = os.path.join(training_args.output_dir, RESUMED_ENGINE_MODEL_DIR)
     if saved is not None:
         folder = saved
     elif training_args.process_index == 0:

@@ -67,11 +67,13 @@ def level_shortfall(
     num_train: int, num_heldout: int, operands_per_level: tuple[int, ...], digits: int = 1
 ) -> tuple[int, int, int] | None:
     """The first level without enough distinct questions for its share of the training prompts and held-out problems
-    (levels take turns, and the two sets are disjoint): ``(operands, problems needed, distinct questions)``, or None
-    when every level has enough."""
+    (levels take turns, and the two sets are disjoint), with at least one question left outside the held-out set for
+    the warm start, which draws there: ``(operands, problems needed, distinct questions)``, or None when every level
+    has enough."""
     levels = len(operands_per_level)
     for level, operands in enumerate(operands_per_level):
-        needed = sum(max(0, (count - level + levels - 1) // levels) for count in (num_train, num_heldout))
+        train, heldout = (max(0, (count - level + levels - 1) // levels) for count in (num_train, num_heldout))
+        needed = max(train + heldout, heldout + 1)
         available = (10**digits) ** operands
         if needed > available:
             return operands, needed, available
