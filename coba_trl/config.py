@@ -421,11 +421,13 @@ class CoBAConfig(_GRPOConfig):
             )
         if not math.isfinite(self.success_threshold):
             raise ValueError(f"success_threshold ({self.success_threshold}) must be a finite number.")
-        hard, easy = self.coba_hard_threshold, self.coba_easy_threshold
-        if hard is not None and easy is not None and hard > easy:  # the allocator's message names only the first
+        if self.coba_hard_threshold > self.coba_easy_threshold:  # the allocator's message names only the first
+            fields = self.__dataclass_fields__
             raise ValueError(
-                f"coba_hard_threshold ({hard}) must not exceed coba_easy_threshold ({easy}): lower "
-                "--coba_hard_threshold (default 0.05) or raise --coba_easy_threshold (default 0.99)."
+                f"coba_hard_threshold ({self.coba_hard_threshold}) must not exceed coba_easy_threshold "
+                f"({self.coba_easy_threshold}): lower --coba_hard_threshold (default "
+                f"{fields['coba_hard_threshold'].default}) or raise --coba_easy_threshold (default "
+                f"{fields['coba_easy_threshold'].default})."
             )
         try:
             self.build_allocator()
