@@ -99,6 +99,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--train-prompts", dest="train_prompts", type=int, default=None)
     parser.add_argument("--operand-digits", dest="operand_digits", type=int, default=None)
     parser.add_argument("--warm-start-levels", dest="warm_start_levels", type=int, default=None)
+    parser.add_argument(
+        "--warm-start-upper-share",
+        dest="warm_start_upper_share",
+        type=float,
+        default=None,
+        help="With --warm-start-levels: the share of the warm start's problems from the levels above them.",
+    )
     parser.add_argument("--warm-start-lr", dest="warm_start_lr", type=float, default=None)
     parser.add_argument(
         "--warm-start-schedule",
@@ -134,6 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     given = {
         "demo_operand_digits": options.operand_digits,
         "demo_warm_start_levels": options.warm_start_levels,
+        "demo_warm_start_upper_share": options.warm_start_upper_share,
         "demo_warm_start_learning_rate": options.warm_start_lr,
         "demo_warm_start_lr_scheduler_type": options.warm_start_schedule,
     }

@@ -51,6 +51,26 @@ def test_numbers_of_several_digits_and_a_warm_start_on_the_easiest_levels_only()
     assert demo_problem_sets(60, 30, 300, seed=5) == demo_problem_sets(60, 30, 300, seed=5, digits=1)
 
 
+def test_a_warm_start_on_the_easiest_levels_can_draw_a_share_of_its_problems_from_the_levels_above():
+    operands = (4, 5, 6, 7)
+    train, heldout, lower = demo_problem_sets(80, 40, 1000, seed=3, operands_per_level=operands, warm_start_levels=2)
+    _, _, warm = demo_problem_sets(
+        80, 40, 1000, seed=3, operands_per_level=operands, warm_start_levels=2, warm_start_upper_share=0.1
+    )
+    assert len(warm) == 1000 and warm[:900] == lower[:900]  # the easy levels' draws, 100 fewer of them
+    upper = [p for p in warm if p.level >= 2]
+    assert len(upper) == 100 and {p.level for p in upper} == {2, 3}
+    for problem in warm:  # each labelled with its own level
+        terms = [int(x) for x in problem.question.rstrip("=").split("+")]
+        assert len(terms) == operands[problem.level] and sum(terms) == problem.answer
+    assert not {p.question for p in heldout} & {p.question for p in warm}
+    # Without the easiest levels picked, the warm start already sees every level: the share draws nothing more.
+    assert (
+        demo_problem_sets(80, 40, 100, seed=3, operands_per_level=operands, warm_start_upper_share=0.1)[2]
+        == (demo_problem_sets(80, 40, 100, seed=3, operands_per_level=operands)[2])
+    )
+
+
 def test_a_level_with_too_few_distinct_questions_is_refused_up_front_rather_than_drawn_forever():
     from coba_trl.demo.config import DemoArguments
 
@@ -98,6 +118,11 @@ def test_a_task_setting_out_of_range_is_refused_naming_the_field():
         DemoArguments(demo_operands=[3, 4], demo_warm_start_levels=3)
     with pytest.raises(ValueError, match="demo_operand_digits"):
         DemoArguments(demo_operand_digits=0)
+    with pytest.raises(ValueError, match=r"demo_warm_start_upper_share \(1\.0\) must be at least 0 and below 1"):
+        DemoArguments(demo_operands=[3, 4], demo_warm_start_levels=1, demo_warm_start_upper_share=1.0)
+    for levels in (None, 2):  # no level above the warm start's: the share would draw from none
+        with pytest.raises(ValueError, match=r"demo_warm_start_upper_share \(0\.1\).*--demo_warm_start_levels below"):
+            DemoArguments(demo_operands=[3, 4], demo_warm_start_levels=levels, demo_warm_start_upper_share=0.1)
     # A head size that is not whole (64 / 3) or odd (66 / 2) failed inside the model's rotary embedding at the first
     # evaluation, after the warm start.
     for hidden, heads in ((64, 3), (66, 2)):
@@ -243,6 +268,8 @@ def test_the_model_card_names_the_levels_the_warm_start_saw():
     assert card_results(summary, 1.0)["Warm start"] == "300 supervised steps on sums of 4, 6, 8, 10, 12 single digits"
     summary.update(warm_start_levels=2, operand_digits=2)
     assert card_results(summary, 1.0)["Warm start"] == "300 supervised steps on sums of 4, 6 numbers of up to 2 digits"
+    summary.update(warm_start_upper_share=0.1)
+    assert card_results(summary, 1.0)["Warm start"].endswith("2 digits (10% of its problems from 8, 10, 12)")
     summary.update(warm_start_lr_scheduler_type="cosine")
     assert card_results(summary, 1.0)["Warm start"].startswith("300 supervised steps (cosine learning-rate decay) on")
 

@@ -124,6 +124,9 @@ class DemoArguments:
         demo_warm_start_levels (`int`, *optional*):
             The warm start sees only the first this many levels of `demo_operands` (the easiest ones); all of them
             by default. RL and the held-out problems always cover every level.
+        demo_warm_start_upper_share (`float`, *optional*, defaults to `0.0`):
+            With `demo_warm_start_levels`, the share of the warm start's problems drawn from the levels above those
+            (e.g. `0.1`): a little of the upper rungs, so that RL starts from a foothold there rather than from none.
         demo_num_train_prompts (`int`, *optional*, defaults to `512`):
             Distinct prompts of the RL training set (revisited every epoch, so pass-rate history builds up).
         demo_num_heldout (`int`, *optional*, defaults to `300`):
@@ -157,6 +160,13 @@ class DemoArguments:
     demo_warm_start_levels: int | None = field(
         default=None,
         metadata={"help": "The warm start sees only the first this many levels (the easiest); default: all of them."},
+    )
+    demo_warm_start_upper_share: float = field(
+        default=0.0,
+        metadata={
+            "help": "With demo_warm_start_levels: the share of the warm start's problems drawn from the levels above "
+            "those (0: none)."
+        },
     )
     demo_num_train_prompts: int = field(
         default=512, metadata={"help": "Distinct prompts in the arithmetic RL training set."}
@@ -226,6 +236,18 @@ class DemoArguments:
             raise ValueError(
                 f"demo_warm_start_levels ({levels}) must be between 1 and the number of levels in demo_operands "
                 f"({len(self.demo_operands)}), or left unset for all of them."
+            )
+        share = self.demo_warm_start_upper_share
+        if not (isinstance(share, (int, float)) and 0 <= share < 1):
+            raise ValueError(
+                f"demo_warm_start_upper_share ({share}) must be at least 0 and below 1 (the share of the warm start's "
+                "problems drawn from the levels above demo_warm_start_levels), e.g. --demo_warm_start_upper_share 0.1."
+            )
+        if share and (levels is None or levels == len(self.demo_operands)):
+            raise ValueError(
+                f"demo_warm_start_upper_share ({share}) draws warm-start problems from the levels above "
+                f"demo_warm_start_levels ({levels}), and there are none: pass --demo_warm_start_levels below the "
+                f"number of levels in demo_operands ({len(self.demo_operands)}), or --demo_warm_start_upper_share 0."
             )
         schedule = self.demo_warm_start_lr_scheduler_type
         if schedule not in WARM_START_SCHEDULES:

@@ -152,6 +152,12 @@ def card_results(summary: dict, temperature: float) -> dict[str, str]:
             "single digits"
             if summary.get("operand_digits", 1) == 1
             else f"numbers of up to {summary['operand_digits']} digits"
+        )
+        + (
+            f" ({summary['warm_start_upper_share']:.0%} of its problems from "
+            f"{operand_range(summary['operands'][summary['warm_start_levels'] :])})"
+            if summary.get("warm_start_upper_share")
+            else ""
         ),
     }
 
@@ -185,6 +191,7 @@ def run_demo(
         operands_per_level=tuple(demo_args.demo_operands),
         digits=demo_args.demo_operand_digits,
         warm_start_levels=demo_args.demo_warm_start_levels,
+        warm_start_upper_share=demo_args.demo_warm_start_upper_share,
     )
     max_new_tokens = training_args.max_completion_length
     checkpoint = training_args.resume_from_checkpoint
@@ -252,6 +259,7 @@ def run_demo(
         "operands": list(demo_args.demo_operands),
         "operand_digits": demo_args.demo_operand_digits,
         "warm_start_levels": demo_args.demo_warm_start_levels,  # None: every level
+        "warm_start_upper_share": demo_args.demo_warm_start_upper_share,
         "warm_start_steps": demo_args.demo_warm_start_steps,
         "warm_start_lr_scheduler_type": demo_args.demo_warm_start_lr_scheduler_type,
         "train_prompts": len(train_problems),

@@ -9,7 +9,7 @@ Answers use the DAPO-Math format, a last line ``Answer: <integer>``, so the DAPO
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from datasets import Dataset
 
@@ -88,12 +88,14 @@ def demo_problem_sets(
     operands_per_level: tuple[int, ...] = DIFFICULTY_LEVELS,
     digits: int = 1,
     warm_start_levels: int | None = None,
+    warm_start_upper_share: float = 0.0,
 ) -> tuple[list[Problem], list[Problem], list[Problem]]:
     """Distinct RL training prompts, distinct held-out problems and a warm-start stream (repeats allowed).
 
     Level i sums ``operands_per_level[i]`` numbers of up to ``digits`` digits. Training and held-out problems share
-    the level mix; the warm start draws from the first ``warm_start_levels`` levels (all by default). Neither
-    training set contains a held-out question.
+    the level mix; the warm start draws from the first ``warm_start_levels`` levels (all by default), and with
+    ``warm_start_upper_share`` that share of its problems from the levels above them. Neither training set contains
+    a held-out question.
     """
     operands = tuple(operands_per_level)
     short = level_shortfall(num_train, num_heldout, operands, digits)
@@ -105,14 +107,21 @@ def demo_problem_sets(
     heldout = make_problems(num_heldout, seed=seed + 1, operands_per_level=operands, digits=digits)
     excluded = {p.question for p in heldout}
     train = make_problems(num_train, seed=seed, exclude=excluded, operands_per_level=operands, digits=digits)
+    above = (
+        max(1, round(num_warm_start * warm_start_upper_share)) if warm_start_levels and warm_start_upper_share else 0
+    )
     warm_start = make_problems(
-        num_warm_start,
+        num_warm_start - above,
         seed=seed + 2,
         exclude=excluded,
         unique=False,
         operands_per_level=operands[:warm_start_levels],
         digits=digits,
     )
+    if above:
+        upper = operands[warm_start_levels:]
+        drawn = make_problems(above, seed + 3, excluded, unique=False, operands_per_level=upper, digits=digits)
+        warm_start += [replace(problem, level=problem.level + warm_start_levels) for problem in drawn]
     return train, heldout, warm_start
 
 

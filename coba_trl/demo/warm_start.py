@@ -117,6 +117,7 @@ def warm_started_demo(seed: int = 0, demo=None):
         operands_per_level=tuple(demo.demo_operands),
         digits=demo.demo_operand_digits,
         warm_start_levels=demo.demo_warm_start_levels,
+        warm_start_upper_share=demo.demo_warm_start_upper_share,
     )
     demo_warm_start(model, tokenizer, sft, demo, seed)
     return model, tokenizer, train, heldout
