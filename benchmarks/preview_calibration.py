@@ -18,7 +18,9 @@ default 0, which also sets the run's prompts):
    `refill`, `refill + skipping (first epoch)`) against the measured one: over the groups of the epoch's first N
    prompt visits in the allocation log (N prompts), the completions of every group over those of the groups with a
    spread of successes (`epoch_figures`), and the share of flat groups under keep (over the epoch, and in its first
-   round, whose completions the warm-started model generated before any update). `D/calibration.json` holds both.
+   round, whose completions the warm-started model generated before any update). `D/calibration.json` holds both;
+5. the model `grpo` ends its epoch with is scored and previewed the same way (`D/epoch_end/`): the preview of the
+   epoch's last model beside that of its first, so that what the model learnt inside the epoch shows.
 """
 
 from __future__ import annotations
@@ -103,7 +105,36 @@ def train_first_epoch(
     options = SimpleNamespace(
         regime=regime, output_dir=output_dir, max_steps=None, seed=seed, use_vllm=False, quick=quick
     )
-    arm_trainer(arm, options, warm_state, tokenizer, train, callbacks=[EpochStop()]).train()
+    trainer = arm_trainer(arm, options, warm_state, tokenizer, train, callbacks=[EpochStop()])
+    trainer.train()
+    return trainer
+
+
+def preview_model(model_dir: str, out: str, regime: str, seed: int) -> dict:
+    """Score the training set with the model in `model_dir` (8 samples a prompt) into `out/pass_rates.parquet` and
+    preview the regime's recipe from it into `out/allocation_preview.json`; returns the preview."""
+    from coba_trl.demo.config import REGIME_RECIPES
+
+    env = {**os.environ, "PYTHONPATH": ROOT}
+    score = [sys.executable, os.path.join(ROOT, "examples", "evaluate.py"), "--model_name_or_path", model_dir]
+    score += ["--train_dataset", "arithmetic", "--regime", regime, "--demo_seed", str(seed), "--k", str(SAMPLES)]
+    score += ["--backend", "transformers", "--max_new_tokens", "12", "--dtype", "float32"]
+    subprocess.run([*score, "--output_dir", os.path.join(out, "scoring")], check=True, env=env)
+    shutil.copy(os.path.join(out, "scoring", "train_pass_rates.parquet"), os.path.join(out, "pass_rates.parquet"))
+    recipe = os.path.join(ROOT, "recipes", REGIME_RECIPES[regime])
+    preview = [sys.executable, "-m", "coba_trl.preview", os.path.join(out, "pass_rates.parquet"), "--recipe", recipe]
+    subprocess.run([*preview, "--pass_rate_samples", str(SAMPLES), "--preview_dir", out], check=True, env=env)
+    with open(os.path.join(out, "allocation_preview.json")) as f:
+        return json.load(f)
+
+
+def uniform_predictions(preview: dict) -> dict:
+    """The preview's completions generated per trained row with spread, uniform allocator, by mode."""
+    return {
+        row["mode"]: row["generated_per_trained_row_with_spread"]
+        for row in preview["rollouts_per_trained_row_with_spread"]
+        if row["allocator"] == "uniform"
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -117,7 +148,6 @@ def main(argv: list[str] | None = None) -> int:
     from machine import machine_line
     from rollout_savings import warm_started
 
-    from coba_trl.demo.config import REGIME_RECIPES
     from coba_trl.rounds.log import read_rounds
 
     torch.set_num_threads(1)
@@ -125,32 +155,33 @@ def main(argv: list[str] | None = None) -> int:
     print(machine_line(), flush=True)
     model, tokenizer, train = warm_started(options.seed, out, options.regime, options.quick)
     warm_state = {name: tensor.detach().clone() for name, tensor in model.state_dict().items()}
+    for folder in (out, os.path.join(out, "epoch_end")):
+        for name in ("scoring", "warm_start_model", "model"):
+            shutil.rmtree(os.path.join(folder, name), ignore_errors=True)
     model.save_pretrained(os.path.join(out, "warm_start_model"))
     tokenizer.save_pretrained(os.path.join(out, "warm_start_model"))
-    env = {**os.environ, "PYTHONPATH": ROOT}
-    score = [sys.executable, os.path.join(ROOT, "examples", "evaluate.py"), "--model_name_or_path"]
-    score += [os.path.join(out, "warm_start_model"), "--train_dataset", "arithmetic", "--regime", options.regime]
-    score += ["--demo_seed", str(options.seed), "--k", str(SAMPLES), "--backend", "transformers"]
-    score += ["--max_new_tokens", "12", "--dtype", "float32"]
-    subprocess.run([*score, "--output_dir", os.path.join(out, "scoring")], check=True, env=env)
-    shutil.copy(os.path.join(out, "scoring", "train_pass_rates.parquet"), os.path.join(out, "pass_rates.parquet"))
-    recipe = os.path.join(ROOT, "recipes", REGIME_RECIPES[options.regime])
-    preview = [sys.executable, "-m", "coba_trl.preview", os.path.join(out, "pass_rates.parquet"), "--recipe", recipe]
-    subprocess.run([*preview, "--pass_rate_samples", str(SAMPLES), "--preview_dir", out], check=True, env=env)
-    with open(os.path.join(out, "allocation_preview.json")) as f:
-        predicted_rows = json.load(f)
-    predicted = {
-        (row["allocator"], row["mode"]): row["generated_per_trained_row_with_spread"]
-        for row in predicted_rows["rollouts_per_trained_row_with_spread"]
-    }
+    predicted_rows = preview_model(os.path.join(out, "warm_start_model"), out, options.regime, options.seed)
+    predicted = uniform_predictions(predicted_rows)
     results = {"regime": options.regime, "seed": options.seed, "prompts": len(train), "arms": {}}
     for arm, mode in ARMS.items():
         arm_dir = os.path.join(out, arm)
         if os.path.exists(arm_dir):
             shutil.rmtree(arm_dir)
-        train_first_epoch(arm, options.regime, out, warm_state, tokenizer, train, options.quick, options.seed)
+        trainer = train_first_epoch(
+            arm, options.regime, out, warm_state, tokenizer, train, options.quick, options.seed
+        )
         measured = epoch_figures(read_rounds(arm_dir), len(train))
-        results["arms"][arm] = {"preview_mode": mode, "predicted": predicted[("uniform", mode)], **measured}
+        results["arms"][arm] = {"preview_mode": mode, "predicted": predicted[mode], **measured}
+        if arm == "grpo":  # the model its epoch ends with, previewed as the warm start was
+            end_dir = os.path.join(out, "epoch_end")
+            trainer.model.save_pretrained(os.path.join(end_dir, "model"))
+            tokenizer.save_pretrained(os.path.join(end_dir, "model"))
+            end_rows = preview_model(os.path.join(end_dir, "model"), end_dir, options.regime, options.seed)
+            results["epoch_end"] = {
+                "steps": trainer.state.global_step,
+                "predicted": uniform_predictions(end_rows)["keep"],
+                "flat_share_keep_predicted": end_rows["flat_groups_under_keep"]["uniform"],
+            }
     results["flat_share_keep_predicted"] = predicted_rows["flat_groups_under_keep"]["uniform"]
     results["spending_rule"] = predicted_rows["spending_rule"]
     with open(os.path.join(out, "calibration.json"), "w") as f:
@@ -167,6 +198,13 @@ def main(argv: list[str] | None = None) -> int:
         f"flat groups under keep: predicted {_figure(results['flat_share_keep_predicted'])}, measured "
         f"{_figure(keep['flat_share'])} over the epoch ({_figure(keep['first_round_flat_share'])} in its first round, "
         "before any update)"
+    )
+    end = results["epoch_end"]
+    print(
+        f"the model grpo ends the epoch with (step {end['steps']}), previewed: {_figure(end['predicted'])} per row "
+        f"with spread under keep, flat groups {_figure(end['flat_share_keep_predicted'])} (the warm start's: "
+        f"{_figure(keep['predicted'])}, {_figure(results['flat_share_keep_predicted'])}; measured over the epoch: "
+        f"{_figure(keep['generated_per_row_with_spread'])}, {_figure(keep['flat_share'])})"
     )
     print(results["spending_rule"])
     print(f"wrote {os.path.join(out, 'calibration.json')}")

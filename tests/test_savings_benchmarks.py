@@ -76,6 +76,15 @@ def test_the_preview_calibration_compares_the_preview_with_the_first_epoch_it_lo
         measured = bench.epoch_figures(read_rounds(tmp_path / arm), calibration["prompts"])
         assert {key: row[key] for key in measured} == measured
         assert measured["groups"] <= calibration["prompts"]  # the first epoch's visits only
+    # The model grpo ended its epoch with, scored on the same prompts and previewed as the warm start was.
+    end = calibration["epoch_end"]
+    end_preview = json.loads((tmp_path / "epoch_end" / "allocation_preview.json").read_text())
+    assert end["predicted"] == bench.uniform_predictions(end_preview)["keep"]
+    assert end["flat_share_keep_predicted"] == end_preview["flat_groups_under_keep"]["uniform"]
+    assert list(pd.read_parquet(tmp_path / "epoch_end" / "pass_rates.parquet")["prompt"]) == list(scored["prompt"])
+    assert end["steps"] > max(
+        record["global_step"] for record in read_rounds(tmp_path / "grpo")
+    )  # after its last round
 
 
 def test_the_first_epochs_figures_count_the_groups_of_its_first_visits_skipped_ones_included():
