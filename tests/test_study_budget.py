@@ -195,13 +195,19 @@ def test_the_benchmarks_history_rule_skips_a_prompt_for_good_once_its_group_was_
     assert bench.history_rule(visits, 3) == [(12, 8), (8, 4), (4, 4)]
 
 
-def test_study_7_runs_the_frontier_recipe_with_the_eight_arms_and_an_avg16_curve(tmp_path):
+def test_study_7_runs_the_frontier_recipe_it_was_registered_on_with_the_eight_arms_and_an_avg16_curve(tmp_path):
     from coba_trl.demo.config import regime_arguments
 
     studies, protocols = load_benchmark("studies.declaration"), load_benchmark("studies.protocols")
     study = protocols.load_study("frontier")
     ours = {**study.protocol, **study.regimes["frontier"]}
     training, demo = regime_arguments("frontier")  # the recipe's values
+    # The recipe's warm start has since moved to its two easiest rungs (1% of its problems from the three above); the
+    # study's, as registered, draws from every rung.
+    assert (demo.demo_warm_start_levels, demo.demo_warm_start_upper_share) == (2, 0.01)
+    assert "warm_start_levels" not in ours and {
+        p.level for p in load_benchmark("studies.task").problem_sets(ours)[2]
+    } == {0, 1, 2, 3, 4}
     assert ours["operands"] == demo.demo_operands and ours["num_train_prompts"] == demo.demo_num_train_prompts
     assert (ours["warm_start_steps"], ours["warm_start_learning_rate"]) == (
         demo.demo_warm_start_steps,
