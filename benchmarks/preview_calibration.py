@@ -155,9 +155,6 @@ def main(argv: list[str] | None = None) -> int:
     print(machine_line(), flush=True)
     model, tokenizer, train = warm_started(options.seed, out, options.regime, options.quick)
     warm_state = {name: tensor.detach().clone() for name, tensor in model.state_dict().items()}
-    for folder in (out, os.path.join(out, "epoch_end")):
-        for name in ("scoring", "warm_start_model", "model"):
-            shutil.rmtree(os.path.join(folder, name), ignore_errors=True)
     model.save_pretrained(os.path.join(out, "warm_start_model"))
     tokenizer.save_pretrained(os.path.join(out, "warm_start_model"))
     predicted_rows = preview_model(os.path.join(out, "warm_start_model"), out, options.regime, options.seed)

@@ -129,6 +129,9 @@ def check_arms(
 def warm_started(seed: int, output_dir: str | None = None, regime: str = "demo", quick: bool = False):
     """The regime's model after its warm start (`coba_trl.demo.warm_start.warm_started_demo`), its tokenizer and
     training prompts. With `output_dir`, the warm-started weights are saved there once and loaded by later runs."""
+    import dataclasses
+    import hashlib
+
     import torch
 
     from coba_trl.demo.config import WARM_START_PROBLEMS
@@ -137,8 +140,9 @@ def warm_started(seed: int, output_dir: str | None = None, regime: str = "demo",
     from coba_trl.demo.warm_start import warm_started_demo
 
     demo = regime_demo(regime, quick)
-    name = f"warm_start_seed{seed}.pt" if regime == "demo" else f"warm_start_{regime}_seed{seed}.pt"
-    name = f"quick_{name}" if quick else name
+    # Named by the settings that make it, so a regime whose warm start changed never loads one saved before.
+    settings = hashlib.sha256(json.dumps(dataclasses.asdict(demo), sort_keys=True).encode()).hexdigest()[:10]
+    name = f"warm_start_{regime}_seed{seed}_{settings}.pt"
     saved = None if output_dir is None else os.path.join(output_dir, name)
     if saved is not None and os.path.exists(saved):
         model, tokenizer = build_demo_model(demo, seed)

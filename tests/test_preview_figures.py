@@ -20,12 +20,15 @@ def _rows() -> list[list[str]]:
     return rows
 
 
+def _folder(regime: str) -> str:
+    """A table's regime cell -> its run's folder: "frontier p3 (seed 1)" -> frontier_p3_seed1."""
+    return regime.replace(" (seed ", "_seed").rstrip(")").replace(" ", "_")
+
+
 def test_every_row_of_the_preview_table_is_its_calibration_runs_figures():
     rows = _rows()
     for regime, arm_cell, _points, posterior, measured, ratio in rows:
-        folder = (
-            regime.replace(" (seed ", "_seed").rstrip(")").replace(" ", "_")
-        )  # "frontier p3 (seed 1)" -> frontier_p3_seed1
+        folder = _folder(regime)
         calibration = json.loads((RESULTS / folder / "calibration.json").read_text())
         arm = arm_cell.split("`")[1]
         figures = calibration["arms"][arm]
@@ -47,9 +50,9 @@ def test_the_epoch_end_previews_are_those_the_calibration_runs_wrote():
         cells = [cell.strip() for cell in line.strip("|").split("|")]
         rows[cells[0]] = cells[1:]
     folders = {path.parent.parent.name for path in RESULTS.glob("*/epoch_end/allocation_preview.json")}
-    assert {regime.replace(" (seed ", "_seed").rstrip(")") for regime in rows} == folders
+    assert {_folder(regime) for regime in rows} == folders
     for regime, (start, measured, end) in rows.items():
-        folder = regime.replace(" (seed ", "_seed").rstrip(")")
+        folder = _folder(regime)
         calibration = json.loads((RESULTS / folder / "calibration.json").read_text())
         preview = json.loads((RESULTS / folder / "epoch_end" / "allocation_preview.json").read_text())
         keep = calibration["arms"]["grpo"]

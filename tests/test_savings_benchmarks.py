@@ -138,3 +138,17 @@ def test_distinct_prompts_with_spread_count_refill_batches_and_each_prompt_once(
     lines = [json.dumps({**first, "refills": [refill]}), json.dumps(later)]
     (tmp_path / "coba_rounds.jsonl").write_text("\n".join(lines) + "\n")
     assert bench.distinct_prompts_with_spread(str(tmp_path)) == 2
+
+
+def test_a_saved_warm_start_is_only_reused_by_the_settings_that_made_it(tmp_path, monkeypatch):
+    # The benchmarks keep a regime's warm start in their output folder; a regime whose warm start has changed since
+    # (as the frontier recipe's did) must make its own, not load the one saved before.
+    from coba_trl.demo import config
+
+    bench = load_benchmark("rollout_savings")
+    first = bench.warm_started(0, str(tmp_path), "frontier", quick=True)[0].state_dict()
+    again = bench.warm_started(0, str(tmp_path), "frontier", quick=True)[0].state_dict()  # loaded, the same weights
+    assert all(first[k].equal(again[k]) for k in first) and len(list(tmp_path.glob("*.pt"))) == 1
+    monkeypatch.setitem(config.REGIMES, "frontier", {**config.REGIMES["frontier"], "demo_warm_start_upper_share": 0.2})
+    other = bench.warm_started(0, str(tmp_path), "frontier", quick=True)[0].state_dict()
+    assert len(list(tmp_path.glob("*.pt"))) == 2 and any(not first[k].equal(other[k]) for k in first)

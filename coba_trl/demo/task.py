@@ -107,9 +107,8 @@ def demo_problem_sets(
     heldout = make_problems(num_heldout, seed=seed + 1, operands_per_level=operands, digits=digits)
     excluded = {p.question for p in heldout}
     train = make_problems(num_train, seed=seed, exclude=excluded, operands_per_level=operands, digits=digits)
-    above = (
-        max(1, round(num_warm_start * warm_start_upper_share)) if warm_start_levels and warm_start_upper_share else 0
-    )
+    upper = operands[warm_start_levels:] if warm_start_levels else ()
+    above = max(1, round(num_warm_start * warm_start_upper_share)) if upper and warm_start_upper_share else 0
     warm_start = make_problems(
         num_warm_start - above,
         seed=seed + 2,
@@ -119,7 +118,6 @@ def demo_problem_sets(
         digits=digits,
     )
     if above:
-        upper = operands[warm_start_levels:]
         drawn = make_problems(above, seed + 3, excluded, unique=False, operands_per_level=upper, digits=digits)
         warm_start += [replace(problem, level=problem.level + warm_start_levels) for problem in drawn]
     return train, heldout, warm_start
