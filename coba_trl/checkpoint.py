@@ -3,9 +3,9 @@
 This module only writes and reads files; what they hold is the round runner's (`coba_trl.rounds.runner.RoundRunner`,
 `state_dict` / `resume`). `saving` wraps TRL's save: it writes the runner's state to `coba_state.json` (atomically)
 and, in a checkpoint saved inside a round, each process's rows not yet trained to `coba_rows_<rank>.pt`. A save owns
-what it writes: the files an earlier save into the same folder left (its marker, its rows) are removed first, so rows
-saved by a run with another number of processes can never be read back with this run's state (docs/training.md, "Checkpoints and exact
-resume").
+what it writes: the files an earlier save into the same folder left (its marker, its rows, its random states) are
+removed first, so rows or random states saved by a run with another number of processes can never be read back with
+this run's state (docs/training.md, "Checkpoints and exact resume").
 
 A checkpoint is complete once `coba_complete.json` is in it (written after every process has saved): it lists each
 file with its size, so a file cut short, or missing, shows. TRL's deletion of older checkpoints (`save_total_limit`)
@@ -47,6 +47,9 @@ logger = logging.getLogger(__name__)
 
 ROWS_FILE = "coba_rows_{rank}.pt"  # a process's generated rows not yet trained, in a checkpoint saved inside a round
 ROWS_PATTERN = r"coba_rows_\d+\.pt"
+# transformers' random state: `rng_state.pth` from one process, `rng_state_<rank>.pth` from each of several; it loads
+# whichever its number of processes names, if present.
+RNG_PATTERN = r"rng_state(_\d+)?\.pth"
 
 
 def save_buffered_rows(directory: str, rank: int, batches: list[dict]) -> None:
@@ -94,11 +97,12 @@ def save_state(directory: str, state: dict) -> None:
 def start_checkpoint(directory: str, state: dict) -> None:
     """Begin a checkpoint save into `directory`: remove what an earlier save into the same folder left that this save
     may not write again (its marker and `trainer_state.json`, which would make a half-rewritten folder look complete,
-    and rows of a round in progress, which another number of processes may have saved), then write the CoBA state.
-    Files written for this save before it starts (a callback's, say) are kept."""
+    and the rows of a round in progress and random states, which another number of processes may have saved), then
+    write the CoBA state. Files written for this save before it starts (a callback's, say) are kept."""
     if os.path.isdir(directory):
         for name in os.listdir(directory):
-            if name in (COMPLETE_FILE, TRAINER_STATE_FILE) or re.fullmatch(ROWS_PATTERN, name):
+            stale = any(re.fullmatch(pattern, name) for pattern in (ROWS_PATTERN, RNG_PATTERN))
+            if name in (COMPLETE_FILE, TRAINER_STATE_FILE) or stale:
                 os.remove(os.path.join(directory, name))
     save_state(directory, {**state, MARKED_KEY: True})
 

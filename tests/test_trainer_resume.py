@@ -360,17 +360,25 @@ def test_a_resume_with_another_gradient_accumulation_logs_the_rounds_of_both_lay
 
 
 def test_a_save_into_a_folder_another_process_count_used_owns_it_and_resumes_exactly(tmp_path):
-    # A two-process run saved checkpoint-3 inside a round (coba_rows_0.pt and coba_rows_1.pt); a one-process run in
-    # the same output folder saves checkpoint-3 again. Its resume must train its own saved rows, as the
-    # uninterrupted run did, not regenerate the round because a second process's rows are lying there.
+    # A two-process run saved checkpoint-3 inside a round (coba_rows_0.pt and coba_rows_1.pt, rng_state_0.pth and
+    # rng_state_1.pth); a one-process run in the same output folder saves checkpoint-3 again. Its resume must train
+    # its own saved rows, as the uninterrupted run did, not regenerate the round because a second process's rows are
+    # lying there, and no later two-process resume may load the other run's random states.
     overrides = dict(steps_per_generation=2, prompt_id_column="uid", reward=step_parity_reward)  # a non-zero loss
     dataset = prompt_dataset(8, repeats=2)
     reference = _trainer(tmp_path / "reference", dataset, **overrides)
     reference.train()
     used = tmp_path / "used"
     (used / "checkpoint-3").mkdir(parents=True)
-    shutil.copy(tmp_path / "reference" / "checkpoint-3" / "coba_rows_0.pt", used / "checkpoint-3" / "coba_rows_1.pt")
+    saved = tmp_path / "reference" / "checkpoint-3"
+    shutil.copy(saved / "coba_rows_0.pt", used / "checkpoint-3" / "coba_rows_1.pt")
+    for rank in range(2):
+        shutil.copy(saved / "rng_state.pth", used / "checkpoint-3" / f"rng_state_{rank}.pth")
     _trainer(used, dataset, **overrides).train()
+    random_states = sorted(p.name for p in (used / "checkpoint-3").glob("rng_state*.pth"))
+    assert random_states == ["rng_state.pth"]
+    listed = json.loads((used / "checkpoint-3" / COMPLETE_FILE).read_text())["files"]
+    assert sorted(name for name in listed if name.startswith("rng_state")) == ["rng_state.pth"]
     resumed = _trainer(tmp_path / "resumed", dataset, **overrides)
     resumed.train(resume_from_checkpoint=str(used / "checkpoint-3"))
     losses = [h["loss"] for h in reference.state.log_history if "loss" in h]
