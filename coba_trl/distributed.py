@@ -3,7 +3,9 @@
 Process 0 plans each round, writes the allocation log and trims it on resume; the other processes wait for it in the
 next collective. An exception raised there on process 0 alone would leave them blocked until the launcher's or
 NCCL's timeout (up to 30 minutes of idle GPUs on a cluster). `shared_call` runs the step, then exchanges every
-process's outcome in one collective, so all of them raise the same error within seconds.
+process's outcome in one collective, so all of them raise the same error within seconds. A check that every
+process makes of what it alone holds (the rows its dataloader loaded) runs through `checked_everywhere`, for the same
+reason: a failure seen on one process stops every process with the same message.
 """
 
 from __future__ import annotations
@@ -28,6 +30,20 @@ def shared_call(fn: Callable[[], Any], accelerator, run_here: bool | None = None
     run_here = accelerator.is_main_process if run_here is None else run_here
     if accelerator.num_processes == 1:
         return fn() if run_here else None
+    return _exchanged(fn, accelerator, run_here)[0]
+
+
+def checked_everywhere(fn: Callable[[], Any], accelerator) -> Any:
+    """Run `fn` on every process and return this process's own result; if it raised on any process, every process
+    raises, as with `shared_call`. For a check of what each process holds (its dataloader's rows, say)."""
+    if accelerator.num_processes == 1:
+        return fn()
+    return _exchanged(fn, accelerator, True)[accelerator.process_index]
+
+
+def _exchanged(fn: Callable[[], Any], accelerator, run_here: bool) -> list:
+    """Run `fn` where `run_here` and exchange every process's outcome in one collective: each process's result, in
+    process order, or the failure every process raises."""
     outcome, error = (True, None), None
     if run_here:
         try:
@@ -41,7 +57,7 @@ def shared_call(fn: Callable[[], Any], accelerator, run_here: bool | None = None
     failures = [value for ok, value in outcomes if not ok]
     if failures:
         raise failures[0]
-    return outcomes[0][1]
+    return [value for _, value in outcomes]
 
 
 def _portable(error: Exception, rank: int) -> Exception:

@@ -61,3 +61,30 @@ def test_rounds_are_padded_so_every_process_loads_the_same_count(prompts, proces
 def test_a_dataset_smaller_than_a_round_is_refused():
     with pytest.raises(ValueError, match="fewer than the 8 distinct prompts"):
         RoundSampler(num_samples=5, prompts_per_round=8)
+
+
+def test_rows_off_the_schedule_on_one_process_stop_every_process_with_the_same_error():
+    # Process 1 loaded other rows than the sampler scheduled (its own copy of the dataset, in another order): process
+    # 0 must not go on alone into the round's next collective, where it would wait for process 1 until a timeout.
+    from datasets import Dataset
+    from scripts.fake_collectives import World
+
+    from coba_trl import distributed
+    from coba_trl.rounds.source import IndexedRounds, RoundLayout
+
+    dataset = Dataset.from_dict({"prompt": [f"Question {i}:" for i in range(8)]})
+    source = IndexedRounds(dataset, RoundLayout(4, 2, 1, True, 0, None))
+    scheduled = [dataset[i] for i in source.sampler.round_indices(0, 0)]
+    loaded = [scheduled[:2], scheduled[:2]]  # process 1 loaded process 0's share, not its own
+    world = World(2, timeout=5)
+
+    def process(rank):
+        try:
+            return source.prompt_ids(0, world.accelerator(rank), loaded[rank], scheduled)
+        except RuntimeError as error:
+            return str(error)
+
+    with world.patch(distributed):
+        errors = world.run(lambda: process(0), lambda: process(1))
+    assert errors[0] == errors[1]
+    assert errors[0].startswith("At micro-step 0 the dataloader's prompts are not the ones the round sampler")

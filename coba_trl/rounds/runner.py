@@ -125,7 +125,7 @@ class RoundRunner:
             skipped.append(skipped_here)
         else:
             prompts = gather_object(inputs)[: self.prompts_per_round]  # gathered in sampler order: drop the padding
-            prompt_ids = self.source.prompt_ids(micro_step, self.accelerator.process_index, inputs, prompts)
+            prompt_ids = self.source.prompt_ids(micro_step, self.accelerator, inputs, prompts)
         batches = [self._batch(prompts, prompt_ids, args.generation_batch_size, scoring, generate)]
         self.current_round = encode_round(prompt_ids, batches[0].plan.group_sizes, batches[0].plan.pass_rates)
         while self.refill and len(batches) <= args.max_refill_phases:  # replace the groups without spread

@@ -35,6 +35,7 @@ from datasets import IterableDataset
 from torch.utils.data import Sampler
 
 from coba_trl.allocation.history import prompt_id_from_json
+from coba_trl.distributed import checked_everywhere
 from coba_trl.rounds.sampling import RoundSampler
 from coba_trl.rounds.streaming import round_stream
 
@@ -134,15 +135,19 @@ class IndexedRounds(PromptCursor):
         )
         self._prompt_texts = None  # the prompt column, read once, to check rows against the sampler's schedule
 
-    def prompt_ids(self, micro_step: int, rank: int, local_rows: list[dict], rows: list[dict]) -> list:
-        """The ids of the round's prompts `rows` (gathered, padding dropped); `local_rows` are this process's."""
+    def prompt_ids(self, micro_step: int, accelerator, local_rows: list[dict], rows: list[dict]) -> list:
+        """The ids of the round's prompts `rows` (gathered, padding dropped); `local_rows` are this process's. Rows
+        that are not the sampler's schedule on any process stop every process with the same error."""
         if self.layout.id_column is not None:
             return [as_prompt_id(row[self.layout.id_column], self.layout.id_column) for row in rows]
         if "prompt" not in self.dataset.column_names:  # tasks whose environments write the prompt: no check
             return self.sampler.round_indices(*self.sampler.locate(micro_step))
         if self._prompt_texts is None:
             self._prompt_texts = self.dataset["prompt"]
-        return self.sampler.scheduled_ids(micro_step, rank, local_rows, self._prompt_texts)
+        rank = accelerator.process_index
+        return checked_everywhere(
+            lambda: self.sampler.scheduled_ids(micro_step, rank, local_rows, self._prompt_texts), accelerator
+        )
 
     def fast_forward_micro_step(self, global_step: int, gradient_accumulation_steps: int) -> int:
         """The micro-step where the Trainer's fast-forward puts the dataloader after `global_step` optimizer steps."""
@@ -178,7 +183,7 @@ class StreamedRounds(PromptCursor):
         self._source = dataset.shuffle(seed=layout.seed) if layout.shuffle else dataset
         self._reader = None  # the cursor's iterator over the current pass, opened at the cursor when first needed
 
-    def prompt_ids(self, micro_step: int, rank: int, local_rows: list[dict], rows: list[dict]) -> list:
+    def prompt_ids(self, micro_step: int, accelerator, local_rows: list[dict], rows: list[dict]) -> list:
         return [as_prompt_id(row[self.layout.id_column], self.layout.id_column) for row in rows]
 
     def fast_forward_micro_step(self, global_step: int, gradient_accumulation_steps: int) -> int:
