@@ -15,6 +15,7 @@ import os
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
+from coba_trl.progress import progress
 from coba_trl.rewards import boxed_accuracy_reward
 
 GenerateFn = Callable[[list[list[dict]], int], list[list[str]]]
@@ -95,7 +96,8 @@ def write_results(results: list[BenchmarkResult], output_dir: str, model: str, s
 def transformers_generate(
     model, tokenizer, max_new_tokens: int, temperature: float, top_p: float, batch_size: int = 32
 ) -> GenerateFn:
-    """Sampling with `model.generate`, `batch_size` sequences at a time (left padding)."""
+    """Sampling with `model.generate`, `batch_size` sequences at a time (left padding), showing the problems done and
+    the time left (`coba_trl.progress`)."""
     import torch
 
     tokenizer.padding_side = "left"
@@ -105,6 +107,7 @@ def transformers_generate(
         texts = [tokenizer.apply_chat_template(p, add_generation_prompt=True, tokenize=False) for p in prompts]
         repeated = [text for text in texts for _ in range(k)]
         outputs = []
+        bar, finished = progress(len(prompts), f"Sampling {k} per problem", "problems"), 0
         for start in range(0, len(repeated), batch_size):
             batch = tokenizer(
                 repeated[start : start + batch_size], return_tensors="pt", padding=True, add_special_tokens=False
@@ -120,6 +123,9 @@ def transformers_generate(
             )
             completion_ids = generated[:, batch["input_ids"].shape[1] :]
             outputs += tokenizer.batch_decode(completion_ids, skip_special_tokens=True)
+            bar.update(len(outputs) // k - finished)  # problems whose k completions are all sampled
+            finished = len(outputs) // k
+        bar.close()
         return [outputs[i * k : (i + 1) * k] for i in range(len(prompts))]
 
     return generate

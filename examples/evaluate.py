@@ -21,8 +21,9 @@ held-out problems, `--train_dataset arithmetic` scores its 512 training prompts 
 for `--regime` and the run's `--seed` given as `--demo_seed` (default 0), in the demo's `Answer: N` format;
 completions default to the demo's 12 tokens).
 
-Uses vLLM when it is installed (or `--backend vllm`), transformers otherwise. A model or dataset given as a Hub id
-needs the Hub; without network, pass a local directory or file.
+Uses vLLM when it is installed (or `--backend vllm`), transformers otherwise; with transformers a bar shows the
+problems sampled and the time left (a redirected log gets a line at each tenth instead). A model or dataset given
+as a Hub id needs the Hub; without network, pass a local directory or file.
 
 examples:
   python examples/evaluate.py --model_name_or_path outputs/cpu_demo --benchmarks arithmetic --k 4 \\

@@ -12,7 +12,14 @@ from pathlib import Path
 import pytest
 from datasets import Dataset
 
-from coba_trl.evaluation import BenchmarkResult, avg_at_k, evaluate_benchmark, markdown_table, overall
+from coba_trl.evaluation import (
+    BenchmarkResult,
+    avg_at_k,
+    evaluate_benchmark,
+    markdown_table,
+    overall,
+    transformers_generate,
+)
 from coba_trl.tiny import build_byte_tokenizer, build_tiny_qwen2
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -55,6 +62,45 @@ def test_overall_is_the_unweighted_mean_over_benchmarks():
     results = [BenchmarkResult("a", 10.0, 16, 30, 480), BenchmarkResult("b", 50.0, 16, 500, 8000)]
     assert overall(results) == 30.0
     assert "| **overall (mean)** | **30.00** |" in markdown_table(results, "m")
+
+
+def sample_twenty_problems_twice():
+    tokenizer = build_byte_tokenizer()
+    generate = transformers_generate(build_tiny_qwen2(tokenizer, hidden_size=16), tokenizer, 2, 1.0, 1.0, batch_size=4)
+    return generate([[{"role": "user", "content": f"{i}+1="}] for i in range(20)], 2)
+
+
+def test_sampling_shows_its_progress_in_a_log_as_whole_lines_with_the_time_left(capsys):
+    """A long evaluation redirected to a file: a line per tenth of the problems (here a batch of 4 sequences, 2
+    problems at k = 2), each with the time left, and no carriage return of a bar."""
+    assert len(sample_twenty_problems_twice()) == 20
+    err = capsys.readouterr().err
+    assert "\r" not in err
+    lines = [line for line in err.splitlines() if line.startswith("Sampling 2 per problem: ")]
+    assert [line.split()[4] for line in lines] == [f"{done}/20" for done in range(2, 21, 2)]
+    assert all(line.endswith(" left") and " elapsed, about " in line for line in lines)
+
+
+def test_sampling_progress_follows_transformers_switch(capsys, monkeypatch):
+    """On a terminal, transformers' tqdm bar; none at all once transformers' progress bars are disabled."""
+    from tqdm.auto import tqdm
+    from transformers.utils import logging
+
+    from coba_trl.progress import progress
+
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    bar = progress(3, "Sampling", "problems")
+    assert isinstance(bar, tqdm)
+    bar.close()
+    capsys.readouterr()
+    logging.disable_progress_bar()
+    try:
+        sample_twenty_problems_twice()  # on a terminal
+        monkeypatch.undo()
+        sample_twenty_problems_twice()  # in a log
+    finally:
+        logging.enable_progress_bar()
+    assert "Sampling" not in capsys.readouterr().err
 
 
 def test_bad_benchmark_path_entry_is_an_error():
