@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import time
 
-from studies.paths import pilot_path, run_name, run_path, warm_start_dir, write_json
+from studies.paths import pilot_path, rounds_log_path, run_name, run_path, warm_start_dir, write_gzip_copy, write_json
 from studies.provenance import machine_record, provenance
 from studies.task import problem_sets, sampled_pass_rates
 
@@ -100,6 +100,7 @@ def run_arm(job: dict) -> dict:
     from coba_trl.demo.run import generation_rounds
     from coba_trl.demo.task import to_prompt_dataset
     from coba_trl.rewards import dapo_accuracy_reward
+    from coba_trl.rounds.log import ROUNDS_FILE
     from coba_trl.tiny import build_byte_tokenizer
     from studies.arms import study_allocator
     from studies.budget import GeneratedRolloutBudget, generated_rollout_budget
@@ -199,4 +200,7 @@ def run_arm(job: dict) -> dict:
         )
     result.update(machine=machine, wall_time_s=round(time.perf_counter() - start, 1))
     result["cpu_time_s"] = round(time.process_time() - cpu_start, 1)  # this process only (not the reward workers)
+    if protocol.get("keep_allocation_logs"):  # every group's prompt, size and successes, beside the raw result
+        target = rounds_log_path(job["output_dir"], arm, seed, warm_seed, legacy)
+        write_gzip_copy(os.path.join(output_dir, ROUNDS_FILE), target)
     return write_json(run_path(job["output_dir"], arm, seed, warm_seed, legacy), result)

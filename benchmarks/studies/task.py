@@ -5,7 +5,10 @@ from __future__ import annotations
 
 def problem_sets(protocol: dict):
     """Training prompts, held-out problems and warm-start stream; `protocol["operands"]` sets the digits summed at each
-    level, `protocol["levels"]` keeps only those levels of the demo's.
+    level, `protocol["levels"]` keeps only those levels of the demo's. `protocol["warm_start_levels"]` and
+    `protocol["warm_start_upper_share"]` are the demo's `demo_warm_start_levels` and `demo_warm_start_upper_share`
+    (the warm start on the easiest levels, with that share of its problems from the levels above); without them the
+    warm start draws from every level.
 
     A level subset is drawn from the demo's sets scaled up by 5 / len(levels) and filtered, so held-out and training
     questions stay disjoint and the kept levels stay evenly mixed.
@@ -13,12 +16,16 @@ def problem_sets(protocol: dict):
     from coba_trl.demo.task import DIFFICULTY_LEVELS, demo_problem_sets
 
     levels = protocol.get("levels")
+    warm_start = {
+        "warm_start_levels": protocol.get("warm_start_levels"),
+        "warm_start_upper_share": protocol.get("warm_start_upper_share", 0.0),
+    }
     sizes = [protocol[key] for key in ("num_train_prompts", "num_heldout", "num_warm_start_problems")]
     if levels is None:  # `protocol["operands"]`: the digits summed at each level (a regime's mix; the demo's default)
         operands = tuple(protocol.get("operands", DIFFICULTY_LEVELS))
-        return demo_problem_sets(*sizes, seed=protocol["data_seed"], operands_per_level=operands)
+        return demo_problem_sets(*sizes, seed=protocol["data_seed"], operands_per_level=operands, **warm_start)
     scale = -(-len(DIFFICULTY_LEVELS) // len(levels))
-    sets = demo_problem_sets(*(size * scale for size in sizes), seed=protocol["data_seed"])
+    sets = demo_problem_sets(*(size * scale for size in sizes), seed=protocol["data_seed"], **warm_start)
     return tuple([p for p in problems if p.level in levels][:size] for problems, size in zip(sets, sizes, strict=True))
 
 
