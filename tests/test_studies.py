@@ -28,6 +28,7 @@ def test_every_declaration_compares_its_own_arms_at_temperature_one(tmp_path):
         "allocators",
         "frontier",
         "frontier_neighbours",
+        "frontier_selection",
         "phases",
         "regime",
         "rollout_savings",

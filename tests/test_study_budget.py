@@ -252,3 +252,52 @@ def test_study_8_is_study_7_with_the_level_as_knapsacks_prior(tmp_path):
 
     train = load_benchmark("studies.task").problem_sets(protocol)[0]
     assert "level" in to_prompt_dataset(train).column_names  # the column the new arms name reaches the trainer
+
+
+def test_study_9_runs_the_frontier_recipe_as_it_is_now_with_study_7s_rules_and_its_own_arms(tmp_path):
+    from coba_trl.demo.config import WARM_START_PROBLEMS, regime_arguments
+    from coba_trl.demo.task import demo_problem_sets
+
+    protocols, study_run = load_benchmark("studies.protocols"), load_benchmark("studies.run")
+    study, study_7 = protocols.load_study("frontier_selection"), protocols.load_study("frontier")
+    ours = {**study.protocol, **study.regimes["frontier"]}
+    training, demo = regime_arguments("frontier")  # the recipe's values
+    # The recipe's problems, its warm start's included (two easiest rungs, 1% from the three above).
+    assert load_benchmark("studies.task").problem_sets(ours) == demo_problem_sets(
+        demo.demo_num_train_prompts,
+        demo.demo_num_heldout,
+        WARM_START_PROBLEMS,
+        seed=training["seed"],
+        operands_per_level=tuple(demo.demo_operands),
+        warm_start_levels=demo.demo_warm_start_levels,
+        warm_start_upper_share=demo.demo_warm_start_upper_share,
+    )
+    assert (ours["warm_start_steps"], ours["warm_start_learning_rate"]) == (
+        demo.demo_warm_start_steps,
+        demo.demo_warm_start_learning_rate,
+    )
+    assert demo.demo_warm_start_lr_scheduler_type == "constant"  # the studies' warm start's schedule
+    assert (ours["hidden_size"], ours["num_layers"]) == (demo.demo_hidden_size, demo.demo_num_layers)
+    assert (ours["max_steps"], ours["eval_steps"]) == (training["max_steps"], demo.demo_eval_steps)
+    for key in ("learning_rate", "lr_scheduler_type", "num_generations", "steps_per_generation",
+                "max_completion_length", "temperature", "min_generations", "max_generations"):  # fmt: skip
+        assert ours[key] == training[key], key
+    # Study 7's rules otherwise: the budget, the curve, the units; every run's allocation log kept.
+    differ = {key for key in {**ours, **study_7.protocol} if ours.get(key) != study_7.protocol.get(key)}
+    assert differ == {"description", "warm_start_levels", "warm_start_upper_share", "keep_allocation_logs"}
+    assert (study.regimes, study.unit, study.report_extras) == (study_7.regimes, study_7.unit, study_7.report_extras)
+    for arm in ("grpo", "dapo", "greso", "coba"):
+        assert study.arms[arm] == study_7.arms[arm]
+    assert study.arms["knapsack_skip_level"] == protocols.load_study("frontier_neighbours").arms["knapsack_skip_level"]
+    assert {("level_skip_reuse", "grpo_reuse"), ("coba_paper", "coba"), ("coba_cap16", "coba")} < set(
+        study.comparisons
+    ) and len(study.comparisons) == 12
+    budget = load_benchmark("studies.budget")
+    grpo = study_run.training_args(ours, study.arms, "grpo", 0, str(tmp_path))
+    assert budget.generated_rollout_budget(ours, lambda arm: grpo) == 19_200
+    for arm in ("grpo_reuse", "level_skip_reuse"):  # twice the steps, so the same generated rollouts can be reached
+        args = study_run.training_args(ours, study.arms, arm, 0, str(tmp_path))
+        assert args.num_iterations == 2 and budget.rounds_behind(args, args.max_steps) * 256 == 19_200
+    paper = study_run.training_args(ours, study.arms, "coba_paper", 0, str(tmp_path))
+    assert (paper.coba_hard_threshold, paper.coba_easy_threshold, paper.coba_heap_fraction) == (0.0, 1.0, 1.0)
+    assert study_run.training_args(ours, study.arms, "coba_cap16", 0, str(tmp_path)).max_generations == 16

@@ -155,6 +155,25 @@ def test_study_8_runs_knapsack_with_the_level_as_its_prior(tmp_path):
     assert sum(sum(r["by_level"].values()) for r in record["level_rounds"]) == record["rollouts_generated"]
 
 
+@pytest.mark.slow
+def test_study_9_keeps_each_runs_allocation_log_beside_its_raw_result(tmp_path):
+    import gzip
+
+    paths = load_benchmark("studies.paths")
+    output_dir = str(tmp_path / "raw")
+    run("frontier_selection", "--quick", "--workers", "1", "--arms", "grpo", "--warm_start_seeds", "0",
+        "--output_dir", output_dir)  # fmt: skip
+    regime = os.path.join(output_dir, "frontier")
+    with open(paths.run_path(regime, "grpo", 0, warm_seed=0, legacy=False)) as handle:
+        record = json.load(handle)
+    kept = paths.rounds_log_path(regime, "grpo", 0, warm_seed=0, legacy=False)
+    with open(os.path.join(regime, "trainer", "grpo_warm0_seed0", "coba_rounds.jsonl"), "rb") as log:
+        assert gzip.decompress(open(kept, "rb").read()) == log.read()  # the trainer's log, whole
+    rounds = [json.loads(line) for line in gzip.open(kept, "rt")]
+    assert sum(sum(r["group_sizes"]) for r in rounds) == record["rollouts_generated"]
+    assert open(kept, "rb").read()[4:8] == bytes(4)  # no time in the header: the same log gives the same bytes
+
+
 @pytest.mark.parametrize(
     "name", ["phases", "warm_starts", "rollout_savings", "rollout_savings_hard", "frontier", "frontier_neighbours"]
 )
