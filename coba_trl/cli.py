@@ -5,7 +5,8 @@ output folder, with the checkpoints there are.
 
 TRL's `TrlParser` reads the `--config` file and the flags; these checks run before it, so its messages (a list of
 unknown arguments, a `FileNotFoundError` traceback) are never the ones a user meets. Torch-free: the scripts read
-the config file before they import torch.
+the config file before they import torch, and check the names it and the flags use against the fields read from the
+dataclasses' source (`check_names_before_import`) before they import the dataclasses' modules.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ import sys
 from typing import NoReturn
 
 import yaml
+
+from coba_trl.declared_fields import Reference, declared_field_names
 
 CONFIG_FLAG = "--config"
 
@@ -79,16 +82,26 @@ def field_names(parser: argparse.ArgumentParser) -> list[str]:
     return sorted({f.name for kind in parser.dataclass_types for f in dataclasses.fields(kind)} | {"env"})
 
 
-def check_config_keys(parser: argparse.ArgumentParser, argv: list[str]) -> None:
-    """Exit on the first key of the `--config` file that is no field, naming the file and the nearest fields."""
+def _check_config_keys(known: list[str], argv: list[str], prog: str | None) -> None:
     path = config_path(argv)
     if path is None:
         return
-    known = field_names(parser)
     for key in read_config(path):
         if key not in known:
             hint = did_you_mean(str(key).replace("-", "_"), known, "`")
-            fail(f"unknown key `{key}` in config file {path}{hint}", parser.prog)
+            fail(f"unknown key `{key}` in config file {path}{hint}", prog)
+
+
+def check_config_keys(parser: argparse.ArgumentParser, argv: list[str]) -> None:
+    """Exit on the first key of the `--config` file that is no field, naming the file and the nearest fields."""
+    _check_config_keys(field_names(parser), argv, parser.prog)
+
+
+def _check_flags(known: set[str], suggested: list[str], argv: list[str], prog: str | None) -> None:
+    for token in argv:
+        flag = token.split("=", 1)[0]
+        if flag.startswith("--") and flag not in known:
+            fail(f"unknown option {flag}{did_you_mean('--' + flag[2:].replace('-', '_'), suggested, '')}", prog)
 
 
 def check_flag_names(parser: argparse.ArgumentParser, argv: list[str]) -> None:
@@ -96,16 +109,27 @@ def check_flag_names(parser: argparse.ArgumentParser, argv: list[str]) -> None:
     `--max_generation` is not silently `--max_generations`), naming it and the closest valid flags."""
     known = {CONFIG_FLAG} | {option for action in parser._actions for option in action.option_strings}
     spelled = sorted(option for option in known if "-" not in option[2:])  # --max_steps, not also --max-steps
-    for token in argv:
-        flag = token.split("=", 1)[0]
-        if flag.startswith("--") and flag not in known:
-            fail(f"unknown option {flag}{did_you_mean('--' + flag[2:].replace('-', '_'), spelled, '')}", parser.prog)
+    _check_flags(known, spelled, argv, parser.prog)
 
 
 def check_command_line(parser: argparse.ArgumentParser, argv: list[str]) -> None:
     """Every flag of `argv` and every key of its `--config` file names a field of `parser`; the file exists."""
     check_flag_names(parser, argv)
     check_config_keys(parser, argv)
+
+
+def check_names_before_import(argv: list[str], classes: list[Reference]) -> None:
+    """`check_command_line` against the fields of the dataclasses `classes` (module and class names) read from their source, so
+    a misspelt flag or config key is refused before those modules (transformers, torch) are imported. Any flag of a
+    field passes here (`--no_FIELD` and `--FIELD-NAME` too): `check_command_line` checks the parser's exact options
+    afterwards. Checks nothing when a class cannot be read from source."""
+    fields = declared_field_names(classes)
+    if fields is None:
+        return
+    spelled = sorted({CONFIG_FLAG, "--help"} | {f"--{name}" for name in fields})
+    known = {*spelled, *(f"--no_{name}" for name in fields)}
+    _check_flags(known | {option.replace("_", "-") for option in known}, spelled, argv, None)
+    _check_config_keys(sorted(fields | {"env"}), argv, None)
 
 
 CHECKPOINT_NAME = re.compile(r"checkpoint-(\d+)")  # the Trainer's checkpoint folders

@@ -412,6 +412,10 @@ class PreviewArguments:
     )
 
 
+# The parser's dataclasses, PreviewArguments and CoBAConfig, read from source by `check_names_before_import`.
+DATACLASSES = [("coba_trl.preview", "PreviewArguments"), ("coba_trl.config", "CoBAConfig")]
+
+
 def preview_folder(preview_args: PreviewArguments, config, argv: list[str], prog: str) -> str:
     """Where the preview's files go: `--preview_dir`, else `--output_dir` when given as a flag (a recipe's
     `output_dir` is its training run's, not the preview's), else the pass-rate file's folder (or `outputs`)."""
@@ -438,15 +442,23 @@ def preview_folder(preview_args: PreviewArguments, config, argv: list[str], prog
 def main(argv: list[str] | None = None) -> Preview:
     """The preview of the command line `argv` (`sys.argv[1:]` when None); each bad input exits with one line on
     stderr (status 2) that names the flag or file and the fix."""
-    from trl import TrlParser
-
-    from coba_trl.cli import CONFIG_FLAG, check_command_line, fail
-    from coba_trl.config import CoBAConfig
-    from coba_trl.preview_inputs import read_pass_rates, recipe_path, recipe_settings
+    from coba_trl.cli import CONFIG_FLAG, check_command_line, check_names_before_import, fail
 
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv and not argv[0].startswith("-"):
         argv = ["--pass_rates", *argv]
+    if any(token.split("=", 1)[0] == CONFIG_FLAG for token in argv):
+        fail(
+            "the preview has no --config; pass a training config as --recipe FILE.yaml, and any CoBAConfig field as "
+            "a flag (--generation_batch_size 4096)."
+        )
+    check_names_before_import(argv, DATACLASSES)  # a misspelt flag: refused before CoBAConfig imports torch
+
+    from trl import TrlParser
+
+    from coba_trl.config import CoBAConfig
+    from coba_trl.preview_inputs import read_pass_rates, recipe_path, recipe_settings
+
     parser = TrlParser(
         (PreviewArguments, CoBAConfig),
         usage="python -m coba_trl.preview PASS_RATES [--recipe TRAINING.yaml] [--FIELD VALUE ...]",
@@ -455,12 +467,6 @@ def main(argv: list[str] | None = None) -> Preview:
         allow_abbrev=False,  # a prefix of a flag is refused (`check_command_line` names the fields meant)
     )
     parser.error = functools.partial(fail, prog=parser.prog)  # argparse's usage errors in one line too
-    if any(token.split("=", 1)[0] == CONFIG_FLAG for token in argv):
-        fail(
-            "the preview has no --config; pass a training config as --recipe FILE.yaml, and any CoBAConfig field as "
-            "a flag (--generation_batch_size 4096).",
-            parser.prog,
-        )
     check_command_line(parser, argv)
     no_effect = {"use_cpu": True, "report_to": "none", "output_dir": "outputs", "activation_checkpointing": False}
     parser.set_defaults_with_config(**no_effect)  # training settings, which the preview does not use

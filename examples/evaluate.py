@@ -43,7 +43,7 @@ import os
 import sys
 from dataclasses import asdict, dataclass, field
 
-from coba_trl.cli import check_command_line, fail, settings_from_config
+from coba_trl.cli import check_command_line, check_names_before_import, fail, settings_from_config
 from coba_trl.numerics import pin_cpu_numerics
 
 
@@ -71,8 +71,10 @@ def evaluates_demo_task(argv: list[str]) -> bool:
     return train_dataset == "arithmetic" or "arithmetic" in benchmarks
 
 
-if __name__ == "__main__" and (evaluates_demo_model(sys.argv[1:]) or evaluates_demo_task(sys.argv[1:])):
-    pin_cpu_numerics()  # the demo's model or task: pinned CPU code paths, as the demo pins them (docs/numerics.md)
+if __name__ == "__main__":
+    check_names_before_import(sys.argv[1:], [(__name__, "EvalArguments")])  # a misspelt flag: before torch loads
+    if evaluates_demo_model(sys.argv[1:]) or evaluates_demo_task(sys.argv[1:]):
+        pin_cpu_numerics()  # the demo's model or task: pinned CPU code paths, as the demo pins them (docs/numerics.md)
 
 from trl import TrlParser  # noqa: E402
 

@@ -33,8 +33,23 @@ import textwrap
 import warnings
 from dataclasses import dataclass, field
 
-from coba_trl.cli import check_checkpoint_path, check_command_line, config_path, fail, settings_from_config
+from coba_trl.cli import (
+    check_checkpoint_path,
+    check_command_line,
+    check_names_before_import,
+    config_path,
+    fail,
+    settings_from_config,
+)
 from coba_trl.numerics import pin_cpu_numerics
+
+# The parser's dataclasses (`make_parser`), read from source by `check_names_before_import`.
+DATACLASSES = [
+    (__name__, "ScriptArguments"),
+    ("coba_trl.config", "CoBAConfig"),
+    ("trl", "ModelConfig"),
+    ("coba_trl.demo.config", "DemoArguments"),
+]
 
 
 def requested_model(argv: list[str]) -> str | None:
@@ -47,8 +62,10 @@ def requested_model(argv: list[str]) -> str | None:
     return known.model_name_or_path
 
 
-if __name__ == "__main__" and requested_model(sys.argv[1:]) is None:
-    pin_cpu_numerics()  # the CPU demo: torch's CPU code paths pinned (docs/numerics.md)
+if __name__ == "__main__":
+    check_names_before_import(sys.argv[1:], DATACLASSES)  # a misspelt flag: refused before torch is imported
+    if requested_model(sys.argv[1:]) is None:
+        pin_cpu_numerics()  # the CPU demo: torch's CPU code paths pinned (docs/numerics.md)
 
 from trl import ModelConfig, TrlParser, get_peft_config, get_quantization_config  # noqa: E402
 

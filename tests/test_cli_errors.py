@@ -3,6 +3,7 @@ before the demo's warm start or the model is loaded."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import importlib.util
 import os
@@ -130,3 +131,46 @@ def test_flags_and_config_keys_are_checked_against_every_dataclass(tmp_path, cap
     with pytest.raises(SystemExit):
         check_command_line(parser, ["--config"])
     assert "--config needs the path of a YAML file" in one_line(capsys.readouterr().err)
+
+
+HEAVY_MODULES = ("torch", "transformers.training_args", "trl.trainer.grpo_trainer")
+REFUSED_EARLY = """
+import runpy, sys
+sys.argv = sys.argv[1:]
+try:
+    runpy.run_path(sys.argv[0], run_name="__main__")
+finally:
+    print("imported:", [name for name in {heavy} if name in sys.modules])
+"""
+
+
+@pytest.mark.parametrize(
+    ("script", "argv", "says"),
+    [
+        ("examples/train_qwen.py", ["--budget_alocator", "knapsack"], "did you mean --budget_allocator"),
+        ("examples/train_qwen.py", ["--config", "{bad_yaml}"], "did you mean `budget_allocator`"),
+        ("examples/evaluate.py", ["--model_name_or_path", "m", "--bencmarks", "x"], "did you mean --benchmarks"),
+        ("coba_trl/preview.py", ["rates.json", "--budget_alocator", "knapsack"], "did you mean --budget_allocator"),
+    ],
+    ids=["train_qwen-flag", "train_qwen-config-key", "evaluate-flag", "preview-flag"],
+)
+def test_a_misspelt_name_is_refused_before_torch_is_imported(tmp_path, script, argv, says):
+    bad_yaml = tmp_path / "bad.yaml"
+    bad_yaml.write_text("budget_alocator: knapsack\n")
+    argv = [arg.format(bad_yaml=bad_yaml) for arg in argv]
+    command = [sys.executable, "-c", REFUSED_EARLY.format(heavy=HEAVY_MODULES), str(ROOT / script), *argv]
+    result = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert result.returncode == 2 and says in one_line(result.stderr)
+    assert "imported: []" in result.stdout
+
+
+def test_the_names_checked_before_import_are_the_parsers_fields():
+    from coba_trl import preview
+    from coba_trl.config import CoBAConfig
+    from coba_trl.declared_fields import declared_field_names
+
+    train_qwen = load("train_qwen")
+    parsed = {f.name for kind in train_qwen.make_parser().dataclass_types for f in dataclasses.fields(kind)}
+    assert declared_field_names(train_qwen.DATACLASSES) == parsed
+    parsed = {f.name for kind in (preview.PreviewArguments, CoBAConfig) for f in dataclasses.fields(kind)}
+    assert declared_field_names(preview.DATACLASSES) == parsed
