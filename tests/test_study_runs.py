@@ -172,6 +172,9 @@ def test_study_9_keeps_each_runs_allocation_log_beside_its_raw_result(tmp_path):
     rounds = [json.loads(line) for line in gzip.open(kept, "rt")]
     assert sum(sum(r["group_sizes"]) for r in rounds) == record["rollouts_generated"]
     assert open(kept, "rb").read()[4:8] == bytes(4)  # no time in the header: the same log gives the same bytes
+    study = load_benchmark("studies.protocols").load_study("frontier_selection")
+    page = load_benchmark("studies.report.pages").write_report(study, output_dir, str(tmp_path / "docs"))[0]
+    assert "(1 of the 1 declared units started)" in open(page).read()  # the runs read, the logs beside them left
 
 
 @pytest.mark.parametrize(

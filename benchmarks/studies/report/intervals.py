@@ -33,6 +33,8 @@ def load_units(output_dir: str, arms) -> tuple[dict[str, dict[tuple[int, int], d
     runs: dict[str, dict] = {arm: {} for arm in arms}
     folder = os.path.join(output_dir, "runs")
     for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
+        if not name.endswith(".json"):  # the allocation logs beside the runs (`<run>.rounds.jsonl.gz`)
+            continue
         with open(os.path.join(folder, name)) as handle:
             run = json.load(handle)
         runs[run["arm"]][(run["warm_start_seed"], run["seed"])] = run
