@@ -11,6 +11,7 @@ from trl import GRPOConfig
 ALLOCATORS = ("coba", "knapsack", "uniform")
 ZERO_VARIANCE_MODES = ("keep", "drop", "rescue", "refill")
 SKIP_RULES = ("greso", "spread_chance")
+SKIP_PRIORS = ("population", "neighbourhood")
 GROUP_WEIGHTINGS = ("row", "prompt")
 
 # The field that switches activation checkpointing in the installed transformers' TrainingArguments:
@@ -122,6 +123,13 @@ class CoBAConfig(_GRPOConfig):
             `skip_min_spread_chance`; never a prompt not seen yet). `"spread_chance"` needs `skip_settled_prompts=True`.
         skip_min_spread_chance (`float`, *optional*, defaults to `0.5`):
             With `skip_rule="spread_chance"`: the chance of a group with spread below which a prompt is skipped.
+        skip_prior (`str`, *optional*, defaults to `"population"`):
+            With `skip_rule="spread_chance"`: what a prompt's Beta prior over its pass rate is fitted to.
+            `"population"`: every prompt seen so far; a prompt not seen yet is never skipped. `"neighbourhood"`: the
+            seen prompts of the prompt's own neighbourhood (`pass_rate_neighbour_column`, e.g. a difficulty level),
+            refitted after every round, and a prompt not seen yet is skipped by its neighbourhood's chance once two of
+            its neighbours were seen: flat groups are predicted from the first epoch on, and a neighbourhood that
+            starts succeeding brings its prompts back. Needs `pass_rate_neighbour_column`.
         group_weighting (`str`, *optional*, defaults to `"row"`):
             How much a prompt's group weighs in the loss. `"row"` (released code, and every TRL loss): each completion
             row counts once, so a prompt given 64 rows weighs 44.9 times one given 2 at the default
@@ -254,6 +262,16 @@ class CoBAConfig(_GRPOConfig):
         default=0.5,
         metadata={
             "help": "With skip_rule='spread_chance': skip a prompt whose chance of a group with spread is below this."
+        },
+    )
+    skip_prior: str = field(
+        default="population",
+        metadata={
+            "help": "With skip_rule='spread_chance': fit a prompt's pass-rate prior to every prompt seen "
+            "('population'; unseen prompts are never skipped) or to its neighbourhood's seen prompts "
+            "('neighbourhood', needs pass_rate_neighbour_column; unseen prompts are skipped by their neighbourhood's "
+            "chance of spread).",
+            "choices": list(SKIP_PRIORS),
         },
     )
     group_weighting: str = field(
@@ -396,6 +414,20 @@ class CoBAConfig(_GRPOConfig):
                 f"skip_rule is {self.skip_rule!r} but skip_settled_prompts is False, so no prompt would be skipped. "
                 "Set skip_settled_prompts=True (--skip_settled_prompts true) to skip by this rule, or leave skip_rule "
                 "at its default."
+            )
+        if self.skip_prior not in SKIP_PRIORS:
+            raise ValueError(f"skip_prior ({self.skip_prior!r}) must be one of {list(SKIP_PRIORS)}.")
+        if self.skip_prior != "population" and self.skip_rule != "spread_chance":
+            raise ValueError(
+                f"skip_prior is {self.skip_prior!r} but skip_rule is {self.skip_rule!r}: the prior is that of the "
+                "chance of spread. Set skip_rule='spread_chance' (--skip_rule spread_chance), or leave skip_prior at "
+                "its default."
+            )
+        if self.skip_prior == "neighbourhood" and self.pass_rate_neighbour_column is None:
+            raise ValueError(
+                "skip_prior is 'neighbourhood' but pass_rate_neighbour_column is None, so no prompt has a "
+                "neighbourhood. Name the dataset column that groups your prompts (--pass_rate_neighbour_column level), "
+                "or set skip_prior='population'."
             )
         if not (math.isfinite(self.skip_min_spread_chance) and 0 < self.skip_min_spread_chance < 1):
             raise ValueError(

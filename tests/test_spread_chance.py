@@ -61,3 +61,44 @@ def test_the_skippers_state_round_trips_through_json():
     restored.load_state_dict(json.loads(json.dumps(skipper.state_dict())))
     assert restored.state_dict() == skipper.state_dict()
     assert [restored.visit(("a", 1)) for _ in range(4)] == [skipper.visit(("a", 1)) for _ in range(4)]
+
+
+def _level_skipper() -> SpreadChanceSkipper:
+    """A skipper under the neighbourhood prior that has seen two never-solved prompts of level "hard" and two
+    half-solved ones of level "mid"."""
+    skipper = SpreadChanceSkipper(group_size=8, neighbour_column="level")
+    for uid, level in (("h0", "hard"), ("h1", "hard"), ("m0", "mid"), ("m1", "mid")):
+        skipper.visit(uid, {"level": level})
+    skipper.observe_round(["h0", "h1", "m0", "m1"], None, [0, 0, 4, 4], [8, 8, 8, 8])
+    return skipper
+
+
+def test_the_neighbourhood_prior_skips_an_unseen_prompt_of_a_level_that_fails_and_not_one_that_spreads():
+    skipper = _level_skipper()
+    assert skipper.visit("h9", {"level": "hard"})  # never seen, but its level never succeeds
+    assert not skipper.visit("m9", {"level": "mid"})
+    assert not skipper.visit("x0", {"level": "new"})  # a level with no prompt seen: no prior to judge it by
+    assert not skipper.visit("n0", {"level": None})  # no neighbourhood at all
+    population = SpreadChanceSkipper(group_size=8)  # the population prior never skips an unseen prompt
+    population.observe_round(["h0", "h1", "m0", "m1"], None, [0, 0, 4, 4], [8, 8, 8, 8])
+    assert not population.visit("h9", {"level": "hard"})
+
+
+def test_the_neighbourhood_prior_brings_a_levels_prompts_back_once_the_level_starts_succeeding():
+    skipper = _level_skipper()
+    assert skipper.visit("h9", {"level": "hard"})
+    skipper.observe_round(["h0", "h1"], None, [3, 4], [8, 8])  # the level moves
+    assert not skipper.visit("h9", {"level": "hard"})
+    assert not skipper.visit("h0", {"level": "hard"})
+
+
+def test_the_neighbourhood_skippers_state_round_trips_through_json():
+    skipper = _level_skipper()
+    skipper.visit("h9", {"level": "hard"})
+    restored = SpreadChanceSkipper(group_size=8, neighbour_column="level")
+    restored.load_state_dict(json.loads(json.dumps(skipper.state_dict())))
+    assert restored.state_dict() == skipper.state_dict()
+    visits = [("h9", "hard"), ("h8", "hard"), ("m8", "mid"), ("h7", "hard")]
+    assert [restored.visit(u, {"level": lv}) for u, lv in visits] == [
+        skipper.visit(u, {"level": lv}) for u, lv in visits
+    ]

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from scripts.refill_runs import MODES, SpendingRecorder, refill_trainer, settled
+from scripts.refill_runs import LEVEL_SKIP, MODES, SpendingRecorder, kind_dataset, refill_trainer, settled
 from scripts.two_processes import launch, run_ranks
 
 from coba_trl import CoBAConfig
@@ -217,11 +217,21 @@ def test_the_skip_state_round_trips_through_json():
         ("max_refill_phases", -1, "0 or more"),
         ("skip_target_zero_spread", 1.0, "strictly between 0 and 1"),
         ("max_skips_in_a_row", 0, "skip_settled_prompts=False"),
+        ("skip_prior", "level", "must be one of"),
+        ("skip_prior", "neighbourhood", "skip_rule='spread_chance'"),
     ],
 )
 def test_bad_spending_settings_are_refused_with_the_fix(tmp_path, field, value, fix):
     with pytest.raises(ValueError, match=fix):
         CoBAConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, **{field: value})
+
+
+def test_a_neighbourhood_prior_without_a_neighbour_column_is_refused_naming_both_fields(tmp_path):
+    with pytest.raises(ValueError, match="pass_rate_neighbour_column is None.*--pass_rate_neighbour_column level"):
+        CoBAConfig(
+            output_dir=str(tmp_path), use_cpu=True, bf16=False, skip_settled_prompts=True, skip_rule="spread_chance",
+            skip_prior="neighbourhood",
+        )  # fmt: skip
 
 
 @pytest.mark.slow
@@ -498,6 +508,7 @@ def test_skipping_by_the_chance_of_spread_skips_settled_prompts_only_and_saves_r
         for uid in batch["skipped_prompts"]
     ]
     assert skipped and all(settled(uid) for uid in skipped)
+    assert _first_visit_skips(read_rounds(tmp_path)) == []  # the population prior never skips an unseen prompt
     assert "coba/skip_prior_strength" in trainer.state.log_history[0]
     refill, _ = skipping_runs["refill"]
     per_row = trainer.rollouts_generated / sum(_logged(trainer, "coba/rows_with_spread"))
@@ -515,6 +526,52 @@ def test_skipping_by_the_chance_of_spread_agrees_on_two_processes(tmp_path):
     records = read_rounds(tmp_path / "spread")
     skipped = [uid for record in records for uid in _visited(record) if uid not in _drawn(record)]
     assert skipped and all(settled(uid) for uid in skipped)
+
+
+def _first_visit_skips(records) -> list:
+    """The prompts skipped before any group of theirs was generated, in the order visited."""
+    generated, skipped = set(), []
+    for record in records:
+        for batch in [record, *record["refills"]]:
+            skipped += [uid for uid in batch["skipped_prompts"] if uid not in generated]
+            generated.update(batch["prompt_ids"])
+    return skipped
+
+
+def test_skipping_by_a_neighbourhood_prior_skips_unseen_prompts_of_settled_neighbourhoods_only(tmp_path):
+    trainer = refill_trainer(
+        tmp_path, train_dataset=kind_dataset(12), skip_settled_prompts=True, max_steps=8, **LEVEL_SKIP
+    )
+    recorder = SpendingRecorder(trainer)
+    trainer.train()
+    _assert_trained_rows_have_spread(recorder, trainer)
+    records = read_rounds(tmp_path)
+    first_visit_skips = _first_visit_skips(records)
+    # Prompts of the always-solved and never-solved kinds are skipped before any group of theirs was generated,
+    # once two of their kind were seen; no mixed prompt is ever skipped.
+    assert first_visit_skips and all(settled(uid) for uid in first_visit_skips)
+    skipped = [uid for record in records for uid in _visited(record) if uid not in _drawn(record)]
+    assert all(settled(uid) for uid in skipped)
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+@pytest.mark.timeout(900)
+def test_skipping_by_a_neighbourhood_prior_agrees_on_two_processes(tmp_path):
+    results = _on_two_processes(tmp_path / "level", "refill-level")
+    assert results[0]["history"] == results[1]["history"]
+    assert results[0]["losses"] == results[1]["losses"] and results[0]["weights"] == results[1]["weights"]
+    for result in results:  # each process trains 8 of the round's 16 rows
+        assert all(len(batch["advantages"]) == 8 for batch in result["batches"])
+    records = read_rounds(tmp_path / "level")
+    skipped = [uid for record in records for uid in _visited(record) if uid not in _drawn(record)]
+    assert skipped and all(settled(uid) for uid in skipped)
+    config = dict(MODES["refill-level"], per_device_train_batch_size=16)  # one process, the same 16-row rounds
+    single = refill_trainer(tmp_path / "one", train_dataset=kind_dataset(12), **config)
+    single.train()
+    # The same prompts visited, skipped and generated as on one process: the decisions read only the shared history.
+    one = read_rounds(tmp_path / "one")
+    assert [(_visited(r), _drawn(r)) for r in one] == [(_visited(r), _drawn(r)) for r in records]
 
 
 @pytest.mark.slow
@@ -561,14 +618,16 @@ def test_a_process_that_draws_other_prompts_than_process_0_stops_the_run_with_th
     [
         dict(skip_rule="spread_chance"),  # the skipper's fitted prior decides the first visits after the resume
         dict(zero_variance_groups="keep"),  # skipping without refill draws from the cursor too
+        LEVEL_SKIP,  # the neighbourhoods and their fitted priors decide the first visits after the resume
     ],
-    ids=["spread-chance", "skip-without-refill"],
+    ids=["spread-chance", "skip-without-refill", "neighbourhood-prior"],
 )
 def test_a_resume_with_skipping_equals_the_uninterrupted_run(tmp_path, overrides):
     config = dict(MODES["resume"], max_steps=12, **overrides)  # 3 rounds an epoch: the resume is in the second
-    full = refill_trainer(tmp_path / "full", **config)
+    dataset = kind_dataset(12) if "pass_rate_neighbour_column" in overrides else None
+    full = refill_trainer(tmp_path / "full", train_dataset=dataset, **config)
     full.train()
-    resumed = refill_trainer(tmp_path / "resumed", **config)
+    resumed = refill_trainer(tmp_path / "resumed", train_dataset=dataset, **config)
     resumed.train(resume_from_checkpoint=str(tmp_path / "full" / "checkpoint-7"))  # inside the fourth round
     assert sum(_logged(full, "coba/prompts_skipped")) > 0
     assert _logged(resumed, "loss") == _logged(full, "loss")

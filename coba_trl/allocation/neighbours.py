@@ -78,6 +78,14 @@ class NeighbourhoodPrior:
         if neighbourhood is not None:
             self._members.setdefault(neighbourhood, {})[prompt_id] = None
 
+    def neighbourhood_of(self, prompt_id: Hashable) -> Hashable | None:
+        """The neighbourhood `prompt_id` was last registered with (None: none, or never registered)."""
+        return self._neighbourhood.get(_plain(prompt_id))
+
+    def members(self) -> dict[Hashable, list]:
+        """Each neighbourhood's prompts, in registration order."""
+        return {neighbourhood: list(prompts) for neighbourhood, prompts in self._members.items()}
+
     def means(self, history: PassRateHistory, neighbourhoods) -> dict[Hashable, float]:
         """Each of `neighbourhoods`' mean pass rate over its prompts with history (NaN: none has history yet)."""
         means = {}

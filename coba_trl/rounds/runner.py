@@ -90,8 +90,9 @@ class RoundRunner:
         self.neighbours = NeighbourhoodPrior() if args.pass_rate_neighbour_column is not None else None
         self.skipper = None
         if args.skip_settled_prompts and args.skip_rule == "spread_chance":
+            neighbour_column = args.pass_rate_neighbour_column if args.skip_prior == "neighbourhood" else None
             self.skipper = SpreadChanceSkipper(
-                args.num_generations, args.skip_min_spread_chance, args.max_skips_in_a_row
+                args.num_generations, args.skip_min_spread_chance, args.max_skips_in_a_row, neighbour_column
             )
         elif args.skip_settled_prompts:
             self.skipper = SettledPromptSkipper(args.skip_target_zero_spread, args.max_skips_in_a_row, args.seed)
@@ -168,8 +169,8 @@ class RoundRunner:
                 shared_call(lambda: self.log.write(record), self.accelerator)
         return scored.batch
 
-    def _skip(self, prompt_id) -> bool:
-        return self.skipper is not None and self.skipper.visit(prompt_id)
+    def _skip(self, prompt_id, row: dict) -> bool:
+        return self.skipper is not None and self.skipper.visit(prompt_id, row)
 
     def _batch(
         self, prompts: list[dict], prompt_ids: list, budget: int, scoring: Scoring, generate: GenerateRows

@@ -26,6 +26,7 @@ from __future__ import annotations
 import numpy as np
 
 from coba_trl.allocation.history import PassRateHistory, prompt_id_from_json
+from coba_trl.allocation.neighbours import NeighbourhoodPrior
 from coba_trl.allocation.spread import population_prior, spread_chance
 
 START_PROBABILITY = 0.5  # GRESO's p_easy and p_hard at the start
@@ -54,8 +55,9 @@ class SettledPromptSkipper:
         kind, count, _ = run
         return 1.0 - max(self.probability[kind] ** count, MIN_KEEP)
 
-    def visit(self, prompt_id) -> bool:
-        """Whether this visit of `prompt_id` is skipped; draws from the generator only for prompts that can be."""
+    def visit(self, prompt_id, row: dict | None = None) -> bool:
+        """Whether this visit of `prompt_id` is skipped; draws from the generator only for prompts that can be.
+        `row` (the prompt's dataset row) is not read: GRESO's rule knows prompts by their own groups only."""
         chance = self.skip_probability(prompt_id)
         if chance == 0.0:
             if prompt_id in self.runs:
@@ -122,51 +124,88 @@ class SpreadChanceSkipper:
     """Skips a visit of a prompt whose chance that a group of `group_size` has spread is below `min_chance`
     (`skip_rule="spread_chance"`; docs/spending.md).
 
-    The chance is the posterior mean over the prompt's pass rate (`coba_trl.allocation.spread`): a Beta prior fitted
-    to every prompt seen so far, updated with the prompt's successes over its latest `SPREAD_WINDOW` appearances
-    (every completion of its groups, two-phase pilots included). A prompt never seen is never skipped, and one
-    skipped on `max_skips_in_a_row` visits in a row is generated on the next, so it is seen again however settled it
-    looked. No random draw: the decision is a function of the shared history, the same on every process.
+    The chance is the posterior mean over the prompt's pass rate (`coba_trl.allocation.spread`): a Beta prior,
+    updated with the prompt's successes over its latest `SPREAD_WINDOW` appearances (every completion of its groups,
+    two-phase pilots included). The prior is fitted to every prompt seen so far (`skip_prior="population"`) or, with
+    a `neighbour_column` (`skip_prior="neighbourhood"`), to the seen prompts of the prompt's own neighbourhood (a
+    level, a topic), refitted after every round, so a neighbourhood that starts succeeding brings its prompts back.
+    A prompt never seen is never skipped under the population prior; under the neighbourhood prior it is skipped by
+    its neighbourhood's chance once two of its neighbours have been seen, from the first epoch on. A prompt skipped on
+    `max_skips_in_a_row` visits in a row is generated on the next, so it is seen again however settled it looked. No
+    random draw: the decision is a function of the shared history, the same on every process.
     """
 
-    def __init__(self, group_size: int, min_chance: float = 0.5, max_skips_in_a_row: int = 3):
+    def __init__(
+        self,
+        group_size: int,
+        min_chance: float = 0.5,
+        max_skips_in_a_row: int = 3,
+        neighbour_column: str | None = None,
+    ):
         self.group_size, self.min_chance, self.max_skips_in_a_row = group_size, min_chance, max_skips_in_a_row
         self.history = PassRateHistory(window=SPREAD_WINDOW)
         self.skips: dict = {}  # prompt id -> visits skipped in a row
         self.prior = population_prior([], [])
+        self.neighbour_column = neighbour_column
+        self.neighbours = NeighbourhoodPrior() if neighbour_column is not None else None
+        self.neighbourhood_priors: dict = {}  # neighbourhood -> its fitted (a, b), once two of its prompts were seen
+
+    def _prior_of(self, prompt_id) -> tuple[float, float] | None:
+        """The prior `prompt_id` is judged under; None where its neighbourhood has none yet."""
+        if self.neighbours is None:
+            return self.prior
+        return self.neighbourhood_priors.get(self.neighbours.neighbourhood_of(prompt_id))
 
     def chance(self, prompt_id) -> float:
-        """The chance that a group of `group_size` of `prompt_id` has spread now (NaN: never seen)."""
+        """The chance that a group of `group_size` of `prompt_id` has spread now (NaN: never seen, and no
+        neighbourhood prior to judge it by)."""
         successes, rollouts = self.history.counts([prompt_id])
-        if rollouts[0] == 0:
+        prior = self._prior_of(prompt_id)
+        if rollouts[0] == 0 and (self.neighbours is None or prior is None):
             return float("nan")
-        return float(spread_chance(successes, rollouts, self.group_size, self.prior)[0])
+        return float(spread_chance(successes, rollouts, self.group_size, prior or self.prior)[0])
 
-    def visit(self, prompt_id) -> bool:
-        """Whether this visit of `prompt_id` is skipped."""
+    def visit(self, prompt_id, row: dict | None = None) -> bool:
+        """Whether this visit of `prompt_id` is skipped; with a neighbourhood prior `row` (the prompt's dataset
+        row) names its neighbourhood."""
+        if self.neighbours is not None:
+            self.neighbours.register([prompt_id], [row[self.neighbour_column]], self.neighbour_column)
         chance = self.chance(prompt_id)
         skipped = chance < self.min_chance and self.skips.get(prompt_id, 0) < self.max_skips_in_a_row
         self.skips[prompt_id] = self.skips.get(prompt_id, 0) + 1 if skipped else 0
         return skipped
 
     def observe_round(self, prompt_ids: list, zero_spread, successes, scored, tune: bool = True) -> None:
-        """Record a round's generated groups, then refit the population prior (`tune` is GRESO's; unused here)."""
+        """Record a round's generated groups, then refit the priors (`tune` is GRESO's; unused here)."""
         self.history.update(prompt_ids, successes, scored)
         self.prior = population_prior(*self.history.counts(self.history.prompt_ids()))
+        if self.neighbours is not None:
+            self.neighbourhood_priors = {}
+            for neighbourhood, members in self.neighbours.members().items():
+                successes, rollouts = self.history.counts(members)
+                if (rollouts > 0).sum() >= 2:
+                    self.neighbourhood_priors[neighbourhood] = population_prior(successes, rollouts)
 
     def metrics(self) -> dict[str, float]:
-        """What a round logs: the fitted prior's mean and strength (a + b)."""
+        """What a round logs: the fitted population prior's mean and strength (a + b)."""
         a, b = self.prior
         return {"coba/skip_prior_mean": a / (a + b), "coba/skip_prior_strength": a + b}
 
     def state_dict(self) -> dict:
-        return {
+        state = {
             "history": self.history.state_dict(),
             "skips": [[prompt_id, count] for prompt_id, count in self.skips.items()],
             "prior": list(self.prior),
         }
+        if self.neighbours is not None:
+            state["neighbourhoods"] = self.neighbours.state_dict()
+            state["neighbourhood_priors"] = [[key, *prior] for key, prior in self.neighbourhood_priors.items()]
+        return state
 
     def load_state_dict(self, state: dict) -> None:
         self.history.load_state_dict(state["history"])
         self.skips = {prompt_id_from_json(prompt_id): int(count) for prompt_id, count in state["skips"]}
         self.prior = tuple(float(value) for value in state["prior"])
+        if self.neighbours is not None:
+            self.neighbours.load_state_dict(state["neighbourhoods"])
+            self.neighbourhood_priors = {key: (float(a), float(b)) for key, a, b in state["neighbourhood_priors"]}

@@ -98,13 +98,13 @@ class PromptCursor:
         """Give drawn rows only these columns (those that exist), as the dataloader gives its rows; None: all."""
         self.columns = None if columns is None else list(columns)
 
-    def draw(self, count: int, skip: Callable[[object], bool] | None = None) -> tuple[list[dict], list, list]:
-        """The next `count` prompts of the epoch's order that `skip` (a prompt id -> bool) does not skip: their
-        rows and ids, and the ids of the prompts skipped on the way (consumed too)."""
+    def draw(self, count: int, skip: Callable[[object, dict], bool] | None = None) -> tuple[list[dict], list, list]:
+        """The next `count` prompts of the epoch's order that `skip` (a prompt id and its row -> bool) does not
+        skip: their rows and ids, and the ids of the prompts skipped on the way (consumed too)."""
         rows, ids, skipped = [], [], []
         while len(rows) < count:
             row, key = self._next_prompt()
-            if skip is not None and skip(key):
+            if skip is not None and skip(key, row):
                 skipped.append(key)
                 continue
             rows.append(row if self.columns is None else {k: v for k, v in row.items() if k in self.columns})

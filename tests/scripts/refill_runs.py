@@ -30,6 +30,13 @@ def settled(uid: str) -> bool:
     return int(uid[1:]) % 3 != 2
 
 
+def kind_dataset(num_prompts: int = 12):
+    """`prompt_dataset` with each prompt's kind (`uid` index % 3: always solved, never, mixed) as its `kind` column,
+    the neighbourhood of `pass_rate_neighbour_column="kind"`."""
+    dataset = prompt_dataset(num_prompts)
+    return dataset.add_column("kind", [int(uid[1:]) % 3 for uid in dataset["uid"]])
+
+
 class SpendingRecorder:
     """Per trainer: the uids of every completion the reward scored on this process (`seen`, one list per call), and
     each round's batch for the loss on this process (`batches`: advantages, completion mask, num_items_in_batch)."""
@@ -113,11 +120,15 @@ def refill_trainer(output_dir, num_prompts: int = 12, train_dataset=None, reward
     return CoBAGRPOTrainer(model, reward, args=args, train_dataset=dataset, processing_class=tokenizer)
 
 
+# Skipping by the chance of spread under each prompt's neighbourhood prior (its kind).
+LEVEL_SKIP = {"skip_rule": "spread_chance", "skip_prior": "neighbourhood", "pass_rate_neighbour_column": "kind"}
+
 MODES = {
     "refill": {},
     "refill-skip": {"skip_settled_prompts": True, "max_steps": 12},
     "refill-two-phase": {"two_phase_rounds": True, "min_generations": 2},
     "refill-spread": {"skip_settled_prompts": True, "skip_rule": "spread_chance", "max_steps": 12},
+    "refill-level": {"skip_settled_prompts": True, "max_steps": 12, **LEVEL_SKIP},  # on `kind_dataset`
     "diverge": {"skip_settled_prompts": True, "max_steps": 4},  # process 1's dataset in another order
     "resume": {"steps_per_generation": 2, "save_strategy": "steps", "save_steps": 1, "skip_settled_prompts": True},
 }
@@ -130,6 +141,8 @@ def main(out_dir: str, mode: str, resume_from: str | None = None) -> None:
     dataset = None
     if mode == "diverge" and os.environ.get("RANK") == "1":
         dataset = prompt_dataset(12).shuffle(seed=1)
+    if mode == "refill-level":
+        dataset = kind_dataset(12)
     trainer = refill_trainer(out_dir, train_dataset=dataset, **MODES[mode])
     recorder = SpendingRecorder(trainer)
     rank = trainer.accelerator.process_index
