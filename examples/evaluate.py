@@ -434,20 +434,19 @@ def main(argv: list[str] | None = None):
     except ValueError as error:  # a value the arguments refuse: one line, before any work
         fail(str(error), parser.prog)
     args = fill_mode_defaults(args)
+    try:  # a missing model folder, a Hub id without the Hub: one line, before any data loads
+        check_model_source(args.model_name_or_path)
+    except ValueError as error:
+        fail(" ".join(str(error).split()), parser.prog)
     if args.train_dataset is not None:
         try:  # a dataset that cannot be read or has no prompts: one line, before any model loads
             dataset = load_train_set(args)
         except (ValueError, FileNotFoundError) as error:
             fail(f"--train_dataset {args.train_dataset}: {error}", parser.prog)
-        try:
-            check_model_source(args.model_name_or_path)
-        except ValueError as error:
-            fail(" ".join(str(error).split()), parser.prog)
         generate, _ = build_generate(args)
         return score_train_set(args, dataset, generate)
-    try:  # an unknown benchmark, a file that cannot be read, a model that cannot be found: one line, before loading
+    try:  # an unknown benchmark, a file that cannot be read: one line, before the model loads
         benchmarks = load_benchmarks(args)
-        check_model_source(args.model_name_or_path)
     except (ValueError, FileNotFoundError) as error:
         fail(" ".join(str(error).split()), parser.prog)
     generate, backend = build_generate(args)

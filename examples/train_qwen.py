@@ -218,9 +218,8 @@ def train(
         train_dataset = load_train_dataset(script_args, demo_args, training_args.seed)
     except (ValueError, FileNotFoundError) as error:
         fail(f"--dataset_name {script_args.dataset_name}: {error}")
-    try:  # the trainer's checks of the dataset and rewards (columns, prompts, priors), then the model's source
+    try:  # the trainer's checks of the dataset and rewards (columns, prompts, priors)
         check_construction(training_args, train_dataset, reward_funcs, {})
-        check_model_source(model_args.model_name_or_path)
     except ValueError as error:
         fail(one_line(error))
     try:  # what the trainer refuses once the model is known (the context length): one line, before training
@@ -367,6 +366,8 @@ def main(argv: list[str] | None = None) -> None:
         check_hub_access(training_args.push_to_hub, training_args.hub_token)
         if model_args.model_name_or_path is None:
             check_demo_request(script_args, training_args, demo_args, reward_funcs)
+        else:
+            check_model_source(model_args.model_name_or_path)  # a missing folder, a Hub id without the Hub
     except ValueError as error:
         fail(one_line(error))
     check_vllm_installed(training_args.use_vllm)  # before the demo's warm start, not after it

@@ -117,10 +117,21 @@ def test_a_model_that_is_nowhere_is_one_line_before_anything_loads(monkeypatch, 
     monkeypatch.setattr(script, "CoBAGRPOTrainer", None)  # building the trainer would fail the test with a TypeError
     missing = str(tmp_path / "outputs" / "no_model")
     line = refused(script, capsys, "--model_name_or_path", missing, "--use_cpu", "true", "--bf16", "false")
-    assert f"model_name_or_path {missing} is no local folder" in line and "Pass a local model directory" in line
+    assert f"model_name_or_path {missing} is missing: no such folder" in line and "Pass a local model" in line
     evaluate = load("evaluate")
     for argv, says in (
-        (["--model_name_or_path", missing, "--benchmarks", "arithmetic"], f"model_name_or_path {missing} is no"),
-        (["--model_name_or_path", missing, "--benchmarks", "aime"], "benchmarks: unknown ['aime']; choose among"),
+        (["--model_name_or_path", missing, "--benchmarks", "arithmetic"], f"model_name_or_path {missing} is missing"),
+        (["--model_name_or_path", str(tmp_path), "--benchmarks", "aime"], "benchmarks: unknown ['aime']; choose"),
     ):
         assert says in refused(evaluate, capsys, *argv)
+
+
+@pytest.mark.parametrize("path", ["/data/no_such_model", "./no_such_model", "../no_such_model", "~/no_such_model"])
+def test_a_mistyped_model_path_is_called_missing_not_blamed_on_the_hub(monkeypatch, path):
+    from coba_trl.data.sources import check_model_source
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(ValueError) as error:
+        check_model_source(path)
+    assert str(error.value).startswith(f"model_name_or_path {path} is missing: no such folder. Pass a local model")
+    assert "Cannot load" not in str(error.value) and "offline" not in str(error.value)

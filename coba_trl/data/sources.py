@@ -79,11 +79,23 @@ def require_hub(kind: str, name: str, local: str) -> str | None:
     return reason
 
 
+def looks_local(name: str) -> bool:
+    """Whether `name` is written as a path (`/...`, `./...`, `../...`, `~...`): never a Hub id."""
+    return name.startswith(("/", "~", "./", "../", os.sep)) or name in (".", "..")
+
+
 def check_model_source(name: str) -> None:
-    """A model that is no local folder comes from the Hub: a `ValueError` at once, before anything loads, when the
-    Hub has no host, or when offline mode is on and the offline cache does not hold the model."""
+    """A model written as a path must be a folder; any other name that is no local folder comes from the Hub: a
+    `ValueError` at once, before anything loads, when the path is missing, the Hub has no host, or offline mode is on
+    and the offline cache does not hold the model."""
     if os.path.isdir(name):
         return
+    if looks_local(name) or os.path.isfile(name):
+        what = "a file, not a model folder" if os.path.isfile(name) else "missing: no such folder"
+        raise ValueError(
+            f"model_name_or_path {name} is {what}. Pass {LOCAL_MODEL} that exists, or a Hugging Face Hub id "
+            "(Qwen/Qwen2.5-7B-Instruct)."
+        )
     reason = require_hub("model", name, LOCAL_MODEL)
     if reason is None:
         return
