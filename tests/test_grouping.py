@@ -86,6 +86,35 @@ def test_unequal_groups_of_a_coba_round_balance_the_expected_tokens():
     assert sum(distinct_groups(dealt)) <= 256 + 7
 
 
+def _narrowing_swap(dealt: list[np.ndarray], sizes: np.ndarray, weights: np.ndarray) -> tuple | None:
+    """A swap of two equal groups, one wholly on the heaviest rank and one wholly on the lightest, that narrows the gap
+    of expected tokens between them; None when no such swap is left."""
+    loads = [float(np.sum(weights[rows])) for rows in dealt]
+    heavy, light = int(np.argmax(loads)), int(np.argmin(loads))
+    gap = loads[heavy] - loads[light]
+    holders = [{rank for rank, rows in enumerate(dealt) if np.any(rows == group)} for group in range(len(sizes))]
+    on_heavy = [g for g, ranks in enumerate(holders) if ranks == {heavy}]
+    on_light = [g for g, ranks in enumerate(holders) if ranks == {light}]
+    for a in on_heavy:
+        for b in on_light:
+            if sizes[a] == sizes[b] and abs(gap - 2 * sizes[a] * (weights[a] - weights[b])) < gap - 1e-9:
+                return a, b
+    return None
+
+
+@pytest.mark.parametrize("num_ranks", [2, 4])
+def test_the_deal_of_a_coba_round_leaves_no_swap_that_would_balance_it_better(num_ranks):
+    # Any group lying wholly on a rank, one that ends right at a slice boundary included, can be swapped: after the
+    # deal no swap of equal groups between the heaviest and the lightest rank would narrow their gap.
+    allocator = build_allocator("coba", min_budget=2, max_budget=32, kappa=11.0)
+    for seed in range(50):
+        pass_rates = np.random.default_rng(seed).beta(0.6, 0.6, 24)
+        allocator.observe(pass_rates)
+        sizes = allocator.allocate(pass_rates, 24 * 8)
+        weights = expected_length_weight(pass_rates)
+        assert _narrowing_swap(deal_groups(sizes, num_ranks, weights), sizes, weights) is None, seed
+
+
 def test_deal_rejects_an_uneven_total():
     with pytest.raises(ValueError, match="evenly"):
         deal_groups(np.array([3, 2]), 2)
