@@ -32,7 +32,7 @@ from coba_trl.rounds.rollouts import RolloutGroups, grouped_rollout
 from coba_trl.rounds.runner import RoundRunner
 from coba_trl.rounds.scoring import Phase, Scoring
 from coba_trl.rounds.source import RoundLayout, inside_a_round, round_source
-from coba_trl.validation import check_construction, check_context_length, check_success_reward
+from coba_trl.validation import check_construction, check_context_length, check_success_reward, checked_reward_funcs
 
 check_trl_compatibility()
 
@@ -90,7 +90,7 @@ class CoBAGRPOTrainer(GRPOTrainer):
         columns = (args.prompt_id_column, args.prior_pass_rate_column, args.pass_rate_neighbour_column)
         self._coba_columns = list(dict.fromkeys(c for c in columns if c is not None))
         with built_by_trl() if args.use_vllm else nullcontext():  # TRL builds coba-trl's vLLM backend (generation/)
-            super().__init__(model, reward_funcs, args, train_dataset, **kwargs)
+            super().__init__(model, checked_reward_funcs(reward_funcs), args, train_dataset, **kwargs)
         check_context_length(self.model, self.processing_class, train_dataset, args)
         # GRPOConfig makes generation_batch_size a multiple of the processes and of steps_per_generation.
         layout = RoundLayout(

@@ -290,3 +290,32 @@ def test_a_wrong_success_reward_func_is_refused_before_the_model_loads(tmp_path)
         ValueError, match=r"success_reward_func is 'accuracy'; 'accuracy' is not one of .*'parity_reward'"
     ):
         CoBAGRPOTrainer("no-such-org/no-such-model", parity_reward, args=args, train_dataset=prompt_dataset())
+
+
+def _no_rewards(completions, **kwargs):
+    """Forgets to return its list."""
+    [float(len(c) % 2 == 0) for c in completions]
+
+
+def test_a_reward_function_that_returns_none_is_named_with_what_it_returned(tmp_path, model_and_tokenizer):
+    model, tokenizer = model_and_tokenizer
+    args = CoBAConfig(
+        output_dir=str(tmp_path), per_device_train_batch_size=8, num_generations=4, max_steps=1, **TINY_ARGS
+    )
+    trainer = CoBAGRPOTrainer(
+        model, [parity_reward, _no_rewards], args=args, train_dataset=prompt_dataset(), processing_class=tokenizer
+    )
+    assert trainer.reward_func_names == ["parity_reward", "_no_rewards"]  # logged under their own names
+    with pytest.raises(TypeError, match=r"^The reward function '_no_rewards' returned None \(NoneType\), not a list"):
+        trainer.train()
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["dataset", "stream"])
+def test_two_prompts_sharing_an_id_are_refused_naming_both_rows(stream):
+    from coba_trl.validation import check_dataset
+
+    dataset = Dataset.from_dict({"prompt": ["Add 2 and 3:", "Add 4 and 5:", "Add 2 and 3:"], "uid": ["a", "b", "a"]})
+    check_dataset(dataset.to_iterable_dataset() if stream else dataset, "uid", None)  # the same prompt twice: fine
+    clash = Dataset.from_dict({"prompt": ["Add 2 and 3:", "Add 4 and 5:", "Add 6 and 7:"], "uid": ["a", "b", "a"]})
+    with pytest.raises(ValueError, match=r"prompt_id_column 'uid' gives rows 0 and 2 the same id 'a', but different "):
+        check_dataset(clash.to_iterable_dataset() if stream else clash, "uid", None)

@@ -21,7 +21,12 @@ from coba_trl.validation.dataset import (
     invalid_pass_rates,
 )
 from coba_trl.validation.hub import check_hub_access
-from coba_trl.validation.rewards import check_reward_columns, check_reward_values, check_success_reward
+from coba_trl.validation.rewards import (
+    check_reward_columns,
+    check_reward_values,
+    check_success_reward,
+    checked_reward_funcs,
+)
 
 __all__ = [
     "check_construction",
@@ -37,6 +42,7 @@ __all__ = [
     "check_reward_columns",
     "check_reward_values",
     "check_success_reward",
+    "checked_reward_funcs",
     "check_two_phase_inputs",
     "check_two_phase_layout",
     "dataset_columns",

@@ -100,10 +100,13 @@ def check_dataset(
                 "without `streaming=True`."
             )
         first_rows = list(train_dataset.take(ROWS_PEEKED))
+        prompts = [row["prompt"] for row in first_rows] if needs_prompt else None
         if needs_prompt:
-            check_prompts([row["prompt"] for row in first_rows], f" among its first {ROWS_PEEKED}")
-    elif needs_prompt:
-        check_prompts(train_dataset["prompt"])
+            check_prompts(prompts, f" among its first {ROWS_PEEKED}")
+    else:
+        prompts = train_dataset["prompt"] if needs_prompt else None
+        if needs_prompt:
+            check_prompts(prompts)
     columns = dataset_columns(train_dataset) or []
     for field_name, column in (
         ("prompt_id_column", prompt_id_column),
@@ -119,17 +122,34 @@ def check_dataset(
         check_prior_values(train_dataset[prior_pass_rate_column], prior_pass_rate_column)
     if prompt_id_column is not None:
         ids = train_dataset[prompt_id_column] if first_rows is None else [row[prompt_id_column] for row in first_rows]
-        check_prompt_ids(ids, prompt_id_column)
+        check_prompt_ids(ids, prompt_id_column, prompts)
     if pass_rate_neighbour_column is not None:
         column = pass_rate_neighbour_column
         keys = train_dataset[column] if first_rows is None else [row[column] for row in first_rows]
         check_neighbourhoods(keys, column)
 
 
-def check_prompt_ids(values, column: str) -> None:
-    """Prompt ids key the pass-rate history: each must be hashable, or a list of such values (kept as a tuple)."""
-    for row, value in enumerate(values):
-        as_prompt_id(value, column, where=f"at row {row}")
+def check_prompt_ids(values, column: str, prompts=None) -> None:
+    """Prompt ids key the pass-rate history: each must be hashable, or a list of such values (kept as a tuple), and
+    rows that share an id must share their prompt (`prompts`, when given), or their pass rates would be mixed. One
+    pass over both columns."""
+    first_seen = {}  # id -> (row, prompt) of its first row
+    pairs = zip(values, prompts, strict=True) if prompts is not None else ((value, None) for value in values)
+    for row, (value, prompt) in enumerate(pairs):
+        key = as_prompt_id(value, column, where=f"at row {row}")
+        first, first_prompt = first_seen.setdefault(key, (row, prompt))
+        if first_prompt != prompt:
+            raise ValueError(
+                f"prompt_id_column {column!r} gives rows {first} and {row} the same id {value!r}, but different "
+                f"prompts ({_shown(first_prompt)} and {_shown(prompt)}): their pass rates would be mixed in one history. "
+                f"Give each distinct prompt its own id, e.g. `dataset.map(lambda row, i: {{{column!r}: i}}, "
+                "with_indices=True)`, or drop the repeated rows."
+            )
+
+
+def _shown(prompt, width: int = 40) -> str:
+    text = " ".join(str(prompt).split())
+    return repr(text if len(text) <= width else text[: width - 3] + "...")
 
 
 def check_neighbourhoods(values, column: str) -> None:

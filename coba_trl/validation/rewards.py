@@ -101,3 +101,42 @@ def check_success_reward(success_reward_func: str | list[str] | None, reward_fun
             "defines its rows' success)."
         )
     return tuple(reward_func_names.index(name) for name in names)
+
+
+class CheckedReward:
+    """A synchronous reward function whose return value is checked before TRL reads it: anything but an iterable of
+    rewards (None, a single float) is a `TypeError` naming the function and what it returned, instead of TRL's
+    `'NoneType' object is not iterable` from inside `_calculate_rewards`. TRL logs it under the function's name."""
+
+    def __init__(self, func):
+        from trl.trainer.utils import get_callable_name
+
+        self.func = func
+        self.__name__ = get_callable_name(func)
+
+    def __call__(self, *args, **kwargs):
+        rewards = self.func(*args, **kwargs)
+        try:
+            iter(rewards)
+        except TypeError:
+            raise TypeError(
+                f"The reward function {self.__name__!r} returned {rewards!r} ({type(rewards).__name__}), not a list "
+                "of rewards. Return one float per completion (None where it does not apply), e.g. `return [1.0 if "
+                "is_right(c) else 0.0 for c in completions]`."
+            ) from None
+        return rewards
+
+
+def checked_reward_funcs(reward_funcs):
+    """`reward_funcs` with each synchronous reward function wrapped in `CheckedReward` (reward models, their names
+    and async functions as given)."""
+    from trl.trainer.utils import is_async_callable
+
+    if reward_funcs is None:
+        return None
+    funcs = reward_funcs if isinstance(reward_funcs, list) else [reward_funcs]
+    checked = [
+        func if isinstance(func, str) or hasattr(func, "forward") or is_async_callable(func) else CheckedReward(func)
+        for func in funcs
+    ]
+    return checked if isinstance(reward_funcs, list) else checked[0]
