@@ -70,6 +70,7 @@ if __name__ == "__main__":
 from trl import ModelConfig, TrlParser, get_peft_config, get_quantization_config  # noqa: E402
 
 from coba_trl import CoBAConfig, CoBAGRPOTrainer  # noqa: E402
+from coba_trl.checkpoint import latest_complete_checkpoint  # noqa: E402
 from coba_trl.config import coba_field_names  # noqa: E402
 from coba_trl.data import DAPO_HUB_ID, load_dapo_math  # noqa: E402
 from coba_trl.data.sources import check_model_source  # noqa: E402
@@ -87,6 +88,7 @@ from coba_trl.distributed import leave_multiprocess_cpu_run  # noqa: E402
 from coba_trl.generation.vllm_backend import check_vllm_installed  # noqa: E402
 from coba_trl.rewards import boxed_accuracy_reward, dapo_accuracy_reward  # noqa: E402
 from coba_trl.validation import check_construction, check_hub_access  # noqa: E402
+from coba_trl.validation.resumed import check_resumed_settings  # noqa: E402
 
 ARITHMETIC = "arithmetic"
 REWARD_FUNCS = {"dapo_accuracy_reward": dapo_accuracy_reward, "boxed_accuracy_reward": boxed_accuracy_reward}
@@ -347,10 +349,21 @@ def check_demo_request(script_args: ScriptArguments, training_args: CoBAConfig, 
             f"train on {script_args.dataset_name}."
         )
     check_max_steps(training_args.max_steps)
-    check_resume(training_args.resume_from_checkpoint, training_args.output_dir)
+    check_resume(training_args.resume_from_checkpoint, training_args.output_dir, demo_args)
     check_output_dir(training_args.output_dir, demo_args.overwrite_output_dir)
     dataset = load_train_dataset(script_args, demo_args, training_args.seed)
     check_construction(training_args, dataset, rewards, {})
+
+
+def check_resume_settings(training_args: CoBAConfig) -> str | None:
+    """What a resumed run may not change from its checkpoint's (another allocator: a `ValueError`), and the line
+    naming the batch-layout fields it changes, if any (`coba_trl.validation.resumed`)."""
+    checkpoint = training_args.resume_from_checkpoint
+    if not checkpoint:
+        return None
+    if resumes_latest(checkpoint):
+        checkpoint = latest_complete_checkpoint(training_args.output_dir, warn=lambda message: None)
+    return check_resumed_settings(checkpoint, training_args, training_args.world_size)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -368,8 +381,11 @@ def main(argv: list[str] | None = None) -> None:
             check_demo_request(script_args, training_args, demo_args, reward_funcs)
         else:
             check_model_source(model_args.model_name_or_path)  # a missing folder, a Hub id without the Hub
+        layout_change = check_resume_settings(training_args)
     except ValueError as error:
         fail(one_line(error))
+    if layout_change is not None and training_args.process_index == 0:
+        print(f"{os.path.basename(sys.argv[0])}: warning: {layout_change}", file=sys.stderr, flush=True)
     check_vllm_installed(training_args.use_vllm)  # before the demo's warm start, not after it
     if model_args.model_name_or_path is not None:
         train(script_args, training_args, model_args, demo_args, reward_funcs)

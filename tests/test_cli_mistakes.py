@@ -135,3 +135,43 @@ def test_a_mistyped_model_path_is_called_missing_not_blamed_on_the_hub(monkeypat
         check_model_source(path)
     assert str(error.value).startswith(f"model_name_or_path {path} is missing: no such folder. Pass a local model")
     assert "Cannot load" not in str(error.value) and "offline" not in str(error.value)
+
+
+@pytest.fixture
+def demo_checkpoint(tmp_path):
+    """What the resume checks read of a demo checkpoint saved by the coba allocator with the demo's model size."""
+    checkpoint = tmp_path / "outputs" / "saved" / "checkpoint-2"
+    checkpoint.mkdir(parents=True)
+    state = {"version": 2, "allocator": {"allocator": "coba"}, "layout": {"per_device_train_batch_size": 999}}
+    (checkpoint / "coba_state.json").write_text(json.dumps(state))
+    (checkpoint / "demo_before_rl.json").write_text(json.dumps({"accuracy": 0.5}))
+    (checkpoint / "config.json").write_text(
+        json.dumps({"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2})
+    )
+    return checkpoint
+
+
+def test_a_resume_with_another_allocator_names_both_and_the_fix(script, capsys, demo_checkpoint):
+    line = refused(script, capsys, "--resume_from_checkpoint", str(demo_checkpoint), "--budget_allocator", "knapsack")
+    assert (
+        f"budget_allocator is 'knapsack', but resume_from_checkpoint {demo_checkpoint} was saved by a run with "
+        in line
+    )
+    assert "budget_allocator 'coba'" in line and "Resume with --budget_allocator coba" in line
+
+
+def test_a_resume_with_another_demo_model_size_names_each_field_and_both_values(script, capsys, demo_checkpoint):
+    argv = ["--resume_from_checkpoint", str(demo_checkpoint), "--demo_hidden_size", "32", "--demo_num_heads", "1"]
+    line = refused(script, capsys, *argv)
+    assert "holds a demo model of another size: demo_hidden_size 32 (saved: 64), demo_num_heads 1 (saved: 2)" in line
+    assert "Resume with --demo_hidden_size 64 --demo_num_heads 2" in line
+
+
+def test_a_resume_with_another_batch_layout_says_what_changes_in_one_line(script, capsys, demo_checkpoint):
+    with pytest.raises(AssertionError, match="the run started"):  # a layout change is allowed: the demo starts
+        script.main(["--resume_from_checkpoint", str(demo_checkpoint)])
+    line = one_line(capsys.readouterr().err)
+    assert f": warning: resume_from_checkpoint {demo_checkpoint} was saved with another batch layout" in line
+    assert (
+        "batch layout (per_device_train_batch_size 999 -> " in line and "generates its rounds for this layout" in line
+    )

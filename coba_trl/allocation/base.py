@@ -93,5 +93,9 @@ class BudgetAllocator(ABC):
 
     def load_state_dict(self, state: dict) -> None:
         if state.get("allocator", self.name) != self.name:
-            raise ValueError(f"state was saved by the {state['allocator']!r} allocator, not {self.name!r}.")
+            raise ValueError(
+                f"budget_allocator is {self.name!r}, but the checkpoint's state was saved by the "
+                f"{state['allocator']!r} allocator, whose pass-rate state only it reads. Resume with "
+                f"budget_allocator={state['allocator']!r}, or train from the start."
+            )
         self.tracker.load_state_dict(state)

@@ -8,24 +8,32 @@
 - ``--save_steps N`` alone turns on step saving (the demo's default ``save_strategy`` is ``"no"``).
 - ``--max_steps`` must be a positive number of RL steps.
 - ``--resume_from_checkpoint DIR`` must name a checkpoint of a demo run: it holds the model, the CoBA state and the
-  held-out accuracy measured before RL, so the warm start is not run again. ``--resume_from_checkpoint true`` (the
+  held-out accuracy measured before RL, so the warm start is not run again, and a model of the size the
+  ``--demo_hidden_size``, ``--demo_num_layers`` and ``--demo_num_heads`` flags build. ``--resume_from_checkpoint true`` (the
   trainer's ``resume_from_checkpoint=True``) resumes from the latest complete checkpoint in the output folder.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 
 from coba_trl.checkpoint import STATE_FILE, latest_complete_checkpoint
-from coba_trl.demo.config import DEMO_OUTPUT_DIR
+from coba_trl.demo.config import DEMO_OUTPUT_DIR, DemoArguments
 
 SUMMARY_FILE = "demo_summary.json"
 BEFORE_RL_FILE = "demo_before_rl.json"  # in every demo checkpoint: the accuracy before RL, for a resumed run
 # Fields that say where a run writes or where it resumes from, not what it trains: they do not name its folder.
 PLACEMENT_FIELDS = ("output_dir", "overwrite_output_dir", "resume_from_checkpoint", "config")
 LONGEST_FOLDER_NAME = 120
+# The demo model's size: the DemoArguments field and the key of the model's config.json it sets (`coba_trl.demo.model`).
+MODEL_SIZE = {
+    "demo_hidden_size": "hidden_size",
+    "demo_num_layers": "num_hidden_layers",
+    "demo_num_heads": "num_attention_heads",
+}
 
 
 def _slug(value) -> str:
@@ -73,13 +81,36 @@ def resumes_latest(checkpoint: str | None) -> bool:
     return checkpoint is not None and checkpoint.lower() == "true" and not os.path.isdir(checkpoint)
 
 
-def check_resume(checkpoint: str | None, output_dir: str) -> None:
-    """``--resume_from_checkpoint`` names a complete demo checkpoint (``true``: `output_dir` holds one)."""
+def check_resume(checkpoint: str | None, output_dir: str, demo_args: DemoArguments) -> None:
+    """``--resume_from_checkpoint`` names a complete demo checkpoint (``true``: `output_dir` holds one) of a model
+    of the size `demo_args` builds."""
     if not checkpoint:
         return
     if resumes_latest(checkpoint):
         checkpoint = latest_complete_checkpoint(output_dir, warn=lambda message: None)  # the run names what it skips
     check_checkpoint(checkpoint)
+    check_model_size(checkpoint, demo_args)
+
+
+def check_model_size(checkpoint: str, demo_args: DemoArguments) -> None:
+    """The demo model saved in `checkpoint` has the size `demo_args` builds (an adapter's checkpoint is not read)."""
+    path = os.path.join(checkpoint, "config.json")
+    if not os.path.isfile(path):
+        return
+    with open(path) as handle:
+        saved = json.load(handle)
+    differ = {
+        name: saved[key]
+        for name, key in MODEL_SIZE.items()
+        if saved.get(key, getattr(demo_args, name)) != getattr(demo_args, name)
+    }
+    if differ:
+        both = ", ".join(f"{name} {getattr(demo_args, name)} (saved: {value})" for name, value in differ.items())
+        raise ValueError(
+            f"resume_from_checkpoint {checkpoint} holds a demo model of another size: {both}. Resume with "
+            f"{' '.join(f'--{name} {value}' for name, value in differ.items())}, or start a new run (without "
+            "--resume_from_checkpoint)."
+        )
 
 
 def check_checkpoint(checkpoint: str) -> None:
