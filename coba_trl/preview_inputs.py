@@ -22,6 +22,16 @@ from coba_trl.validation import invalid_pass_rates
 
 PASS_RATE_FORMATS = ".parquet, .jsonl or .json file (or a folder of them)"
 DATA_SUFFIXES = {".csv", ".tsv", ".txt", ".xlsx", ".xls", ".arrow", ".feather", ".pkl", ".npy"}  # read elsewhere
+# How a table of another format becomes one the preview reads, by suffix (`{}`: the file).
+CONVERSIONS = {
+    ".csv": "datasets.Dataset.from_csv({})",
+    ".tsv": "datasets.Dataset.from_csv({}, sep='\\t')",
+    ".xlsx": "datasets.Dataset.from_pandas(pandas.read_excel({}))",
+    ".xls": "datasets.Dataset.from_pandas(pandas.read_excel({}))",
+    ".feather": "datasets.Dataset.from_pandas(pandas.read_feather({}))",
+    ".arrow": "datasets.Dataset.from_file({})",
+    ".npy": "datasets.Dataset.from_dict({{'pass_rate': numpy.load({}).tolist()}})",
+}
 # The keys of a training config that the training script reads and the preview does not: its data and rewards.
 # With `CoBAConfig`'s, TRL `ModelConfig`'s and the CPU demo's fields, they are the keys a recipe may hold.
 TRAINING_SCRIPT_KEYS = (
@@ -75,10 +85,15 @@ def read_pass_rates(source: str, column: str) -> list:
             "train_pass_rates.parquet that examples/evaluate.py --train_dataset writes, or a Hub dataset id."
         )
     if path.is_file() and path.suffix.lower() not in LOCAL_SUFFIXES:
+        reader = CONVERSIONS.get(path.suffix.lower())
+        fix = (
+            f"convert it: {reader.format(repr(source))}.to_parquet('pass_rates.parquet')"
+            if reader
+            else "pass the train_pass_rates.parquet that examples/evaluate.py --train_dataset writes"
+        )
         raise ValueError(
             f"pass_rates: {source} is a {path.suffix or 'suffix-less'} file, and the preview reads a "
-            f"{PASS_RATE_FORMATS} or a Hub dataset; convert it, e.g. "
-            f"datasets.Dataset.from_csv({source!r}).to_parquet('pass_rates.parquet') for a CSV file."
+            f"{PASS_RATE_FORMATS} or a Hub dataset; {fix}."
         )
     for file in files if path.exists() else []:
         if _is_empty(file):

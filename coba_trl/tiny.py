@@ -74,6 +74,9 @@ def build_tiny_qwen2(
     with torch.random.fork_rng():
         torch.manual_seed(seed)
         model = Qwen2ForCausalLM(config)
+    # The tied head is a view of the embedding and never saved: declared so, transformers' Trainer ties it again on
+    # a resume instead of warning that the checkpoint lacks `lm_head.weight`.
+    model._keys_to_ignore_on_save = set(model.all_tied_weights_keys)
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     return model

@@ -152,14 +152,14 @@ def test_the_warm_start_follows_the_learning_rate_schedule_asked_for(monkeypatch
     monkeypatch.setattr(warm_start_module, "get_scheduler", spy)
     demo = DemoArguments(
         demo_hidden_size=16, demo_num_layers=1, demo_num_heads=1, demo_num_train_prompts=8, demo_num_heldout=5,
-        demo_warm_start_steps=40, demo_warm_start_lr_scheduler_type=schedule,
+        demo_warm_start_steps=21, demo_warm_start_lr_scheduler_type=schedule,  # the fewest steps that decay
     )  # fmt: skip
     warm_start_module.warm_started_demo(0, demo)
     if schedule == "constant":
         assert schedulers == []  # the demo's own schedule: 20 steps of warm-up, then the rate as given
     else:
         [(name, kwargs, scheduler)] = schedulers
-        assert (name, kwargs) == (schedule, {"num_warmup_steps": 20, "num_training_steps": 40})
+        assert (name, kwargs) == (schedule, {"num_warmup_steps": 20, "num_training_steps": 21})
         assert scheduler.get_last_lr() == [0.0]  # decayed to 0 at the last step
 
 
@@ -288,3 +288,23 @@ def test_a_resumed_run_without_a_saved_warm_start_gives_its_engine_a_folder_no_k
     assert not (tmp_path / "run" / ENGINE_MODEL_DIR).exists()
     assert model.name_or_path == str(tmp_path / "run" / "engine_model")
     assert (tmp_path / "run" / "engine_model" / "config.json").exists()
+
+
+def test_a_resume_of_the_tied_head_loads_without_a_missing_key_warning(tmp_path):
+    from types import SimpleNamespace
+    from unittest import mock
+
+    from safetensors.torch import load_file
+    from transformers import Trainer, trainer
+
+    saved = build_tiny_qwen2(build_byte_tokenizer(), seed=1)
+    saved.save_pretrained(tmp_path)
+    weights = load_file(tmp_path / "model.safetensors")
+    assert "lm_head.weight" not in weights  # tied to the embedding, so never saved
+    model = build_tiny_qwen2(build_byte_tokenizer())
+    loaded = model.load_state_dict(weights, strict=False)  # what Trainer._load_from_checkpoint does on a resume
+    with mock.patch.object(trainer.logger, "warning") as warning:
+        Trainer._issue_warnings_after_load(SimpleNamespace(model=model), loaded)
+    warning.assert_not_called()
+    assert model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()
+    assert torch.equal(model.lm_head.weight, saved.model.embed_tokens.weight)

@@ -141,6 +141,7 @@ def _write_inputs(folder: Path) -> None:
     Dataset.from_dict({"pass_rate": rates}).to_parquet(folder / "rates.parquet")
     Dataset.from_dict({"pass_rate": [100 * r for r in rates]}).to_parquet(folder / "percent.parquet")
     (folder / "rates.csv").write_text("pass_rate\n" + "".join(f"{r}\n" for r in rates))
+    (folder / "notes.md").write_text("# Pass rates\n")
     (folder / "empty.jsonl").write_text("")
     (folder / "broken.json").write_text('{"pass_rate": 0.5,\n')
     (folder / "list.json").write_text(json.dumps(rates))
@@ -170,6 +171,10 @@ BAD_INPUTS = {  # name: (arguments after the folder's files, words the one line 
     "csv file": (
         ["rates.csv", *SMALL_RUN],
         ["rates.csv is a .csv file", "reads a .parquet, .jsonl or .json file", "from_csv"],
+    ),
+    "markdown file": (
+        ["notes.md", *SMALL_RUN],
+        ["notes.md is a .md file", "pass the train_pass_rates.parquet that examples/evaluate.py --train_dataset"],
     ),
     "config rule": (
         ["rates.parquet", *SMALL_RUN, "--min_generations", "9"],
