@@ -46,7 +46,7 @@ logger = logging.getLogger(__name__)
 
 
 ROWS_FILE = "coba_rows_{rank}.pt"  # a process's generated rows not yet trained, in a checkpoint saved inside a round
-ROWS_PATTERN = r"coba_rows_\d+\.pt"
+ROWS_PATTERN = r"coba_rows_(\d+)\.pt"
 # transformers' random state: `rng_state.pth` from one process, `rng_state_<rank>.pth` from each of several; it loads
 # whichever its number of processes names, if present.
 RNG_PATTERN = r"rng_state(_\d+)?\.pth"
@@ -59,12 +59,14 @@ def save_buffered_rows(directory: str, rank: int, batches: list[dict]) -> None:
     torch.save(cpu, os.path.join(directory, ROWS_FILE.format(rank=rank)))
 
 
-def load_buffered_rows(directory: str, rank: int, num_processes: int) -> list[dict] | None:
-    """Process `rank`'s saved rows, or None when the checkpoint has none for `num_processes` processes (a checkpoint
-    saved at a round's end, by an earlier coba-trl, or with another number of processes)."""
-    names = {name for name in os.listdir(directory) if re.fullmatch(ROWS_PATTERN, name)}
-    if names != {ROWS_FILE.format(rank=r) for r in range(num_processes)}:
-        return None
+def saved_row_ranks(directory: str) -> set[int]:
+    """The processes whose rows of a round in progress the checkpoint in `directory` holds (none: saved at a round's
+    end, or by an earlier coba-trl)."""
+    return {int(m.group(1)) for name in os.listdir(directory) if (m := re.fullmatch(ROWS_PATTERN, name))}
+
+
+def load_buffered_rows(directory: str, rank: int) -> list[dict]:
+    """Process `rank`'s saved rows of the round in progress."""
     return torch.load(os.path.join(directory, ROWS_FILE.format(rank=rank)), map_location="cpu", weights_only=True)
 
 

@@ -27,11 +27,11 @@ from coba_trl.compat import check_trl_compatibility
 from coba_trl.config import CoBAConfig
 from coba_trl.generation.vllm_backend import built_by_trl, check_vllm_installed
 from coba_trl.model_card import PAPER, complete_model_card
-from coba_trl.rounds.resume import batch_layout
+from coba_trl.rounds.resume import batch_layout, rows_to_save
 from coba_trl.rounds.rollouts import RolloutGroups, grouped_rollout
 from coba_trl.rounds.runner import RoundRunner
 from coba_trl.rounds.scoring import Phase, Scoring
-from coba_trl.rounds.source import RoundLayout, inside_a_round, round_source
+from coba_trl.rounds.source import RoundLayout, round_source
 from coba_trl.validation import check_construction, check_context_length, check_success_reward, checked_reward_funcs
 
 check_trl_compatibility()
@@ -239,8 +239,7 @@ class CoBAGRPOTrainer(GRPOTrainer):
             "micro_step": self._step,
             "layout": batch_layout(self.args, self.accelerator.num_processes),
         }
-        inside = inside_a_round(self._step, self._generate_every) and self._buffered_inputs is not None
-        rows = self._buffered_inputs if inside else None  # the round's rows not yet trained
+        rows = rows_to_save(self._step, self._generate_every, self._buffered_inputs)  # the round's untrained rows
         with checkpoint.saving(folder, state, rows, self.accelerator, self.args, self.state):
             super()._save_checkpoint(model, trial)
 
@@ -248,13 +247,13 @@ class CoBAGRPOTrainer(GRPOTrainer):
         super()._load_optimizer_and_scheduler(resume_from)
         if resume_from is None:
             return
-        rank, processes = self.accelerator.process_index, self.accelerator.num_processes
         state = checkpoint.load_state(resume_from)
-        saved_rows = checkpoint.load_buffered_rows(resume_from, rank, processes)
-        layout = batch_layout(self.args, processes)
-        step, rows = self.round_runner.resume(resume_from, state, saved_rows, layout, self.state.global_step)
-        self._step = step  # TRL does not checkpoint its micro-step counter: every later round stays where it was
-        if rows is not None:  # saved inside a round: its rows not yet trained are trained, not generated again
+        ranks = checkpoint.saved_row_ranks(resume_from)
+        layout = batch_layout(self.args, self.accelerator.num_processes)
+        point = self.round_runner.resume(resume_from, state, ranks, layout, self.state.global_step)
+        self._step = point.micro_step  # TRL does not checkpoint its micro-step counter: later rounds stay in place
+        if point.train_saved_rows:  # saved inside a round: its rows not yet trained are trained, not generated again
+            rows = checkpoint.load_buffered_rows(resume_from, self.accelerator.process_index)
             device = self.accelerator.device
             self._buffered_inputs = [
                 {k: v.to(device) if torch.is_tensor(v) else v for k, v in b.items()} for b in rows

@@ -11,8 +11,8 @@ from coba_trl.rounds.log import ROUNDS_FILE, RoundLog, generation_batches, read_
 def _log_of_three_rounds(tmp_path) -> RoundLog:
     log = RoundLog(str(tmp_path))
     log.start()
-    for micro_step in (0, 2, 4):
-        log.write({"micro_step": micro_step, "group_sizes": [3, 5], "pass_rates": [0.25, None]})
+    for step in (0, 2, 4):
+        log.write({"micro_step": step, "global_step": step, "group_sizes": [3, 5], "pass_rates": [0.25, None]})
     return log
 
 
@@ -27,18 +27,30 @@ def test_a_resume_after_a_torn_last_line_keeps_the_complete_rounds(tmp_path, cap
     complete = (tmp_path / ROUNDS_FILE).read_text().splitlines(keepends=True)
     _tear_last_line(tmp_path / ROUNDS_FILE)
     with caplog.at_level(logging.WARNING, logger="coba_trl.rounds.log"):
-        log.start(resume_micro_step=100)
+        log.start(resume_global_step=100)
     assert (tmp_path / ROUNDS_FILE).read_text() == "".join(complete[:2])  # the two whole lines, byte for byte
     assert "line 3, the last one, is incomplete" in caplog.text
-    log.write({"micro_step": 4, "group_sizes": [3, 5], "pass_rates": [0.25, None]})
+    log.write({"micro_step": 4, "global_step": 4, "group_sizes": [3, 5], "pass_rates": [0.25, None]})
     assert (tmp_path / ROUNDS_FILE).read_text() == "".join(complete)  # appending continues a clean file
 
 
 def test_a_resume_trims_the_rounds_from_the_checkpoint_on(tmp_path):
     log = _log_of_three_rounds(tmp_path)
     _tear_last_line(tmp_path / ROUNDS_FILE)
-    log.start(resume_micro_step=2)
+    log.start(resume_global_step=2)
     assert [record["micro_step"] for record in read_rounds(str(tmp_path))] == [0]
+
+
+def test_a_resume_keeps_the_rounds_before_the_checkpoints_optimizer_step_whatever_their_micro_steps(tmp_path):
+    # Rounds of a run resumed with fewer gradient accumulation steps restart their micro-steps lower: (4, 2) was
+    # trained before checkpoint-4 and stays; (4, 4) started at step 4 and goes.
+    log = RoundLog(str(tmp_path))
+    log.start()
+    for micro_step, global_step in [(0, 0), (2, 1), (4, 2), (3, 3), (4, 4)]:
+        log.write({"micro_step": micro_step, "global_step": global_step})
+    log.start(resume_global_step=4)
+    kept = [(r["micro_step"], r["global_step"]) for r in read_rounds(str(tmp_path))]
+    assert kept == [(0, 0), (2, 1), (4, 2), (3, 3)]
 
 
 def test_reading_a_log_with_a_torn_last_line_returns_the_complete_rounds(tmp_path, caplog):
@@ -53,7 +65,7 @@ def test_a_damaged_line_before_the_last_is_an_error_naming_the_file_and_the_line
     log = _log_of_three_rounds(tmp_path)
     lines = (tmp_path / ROUNDS_FILE).read_text().splitlines(keepends=True)
     (tmp_path / ROUNDS_FILE).write_text(lines[0] + lines[1][:10] + "\n" + lines[2])
-    for read in (lambda: log.start(resume_micro_step=100), lambda: read_rounds(str(tmp_path))):
+    for read in (lambda: log.start(resume_global_step=100), lambda: read_rounds(str(tmp_path))):
         with pytest.raises(ValueError, match=r"coba_rounds\.jsonl: line 2 of 3 .*delete that line"):
             read()
 

@@ -342,21 +342,74 @@ def test_a_stop_right_after_trls_save_leaves_a_checkpoint_that_resumes_with_true
     assert incomplete_reason(str(tmp_path / "checkpoint-4")) is None
 
 
-def test_a_resume_with_another_gradient_accumulation_logs_the_rounds_of_both_layouts_once(tmp_path, caplog):
-    # Saved at step 3 with gradient_accumulation_steps=1, inside the round that started at micro-step 2; resumed in
-    # the same folder with 2: the log keeps the rounds the saving run had started, and the resumed run's rounds
-    # follow at its own micro-steps. The saved plan is not replayed for the new layout's rounds.
+@pytest.mark.parametrize(
+    ("checkpoint_step", "logged_after"),
+    [(3, [(0, 0), (2, 2), (6, 3), (8, 4), (10, 5)]), (4, [(0, 0), (2, 2), (8, 4), (10, 5)])],
+    ids=["inside-a-round", "round-boundary"],
+)
+def test_a_resume_with_another_gradient_accumulation_logs_the_rounds_of_both_layouts_once(
+    tmp_path, checkpoint_step, logged_after, caplog
+):
+    # Saved with gradient_accumulation_steps=1, inside the round that started at micro-step 2 (checkpoint-3) or at the
+    # end of it (checkpoint-4); resumed in the same folder with 2: the log keeps the rounds the saving run had
+    # started, and the resumed run's rounds follow at its own micro-steps. The saved plan is not replayed for the new
+    # layout's rounds.
     overrides = dict(steps_per_generation=2, prompt_id_column="uid", max_steps=6)
     dataset = prompt_dataset(8, repeats=2)
     _trainer(tmp_path, dataset, **overrides).train()
     assert [(r["micro_step"], r["global_step"]) for r in read_rounds(str(tmp_path))] == [(0, 0), (2, 2), (4, 4)]
     resumed = _trainer(tmp_path, dataset, **overrides, gradient_accumulation_steps=2)
     with caplog.at_level(logging.WARNING):
-        resumed.train(resume_from_checkpoint=str(tmp_path / "checkpoint-3"))
-    logged = [(r["micro_step"], r["global_step"]) for r in read_rounds(str(tmp_path))]
-    assert logged == [(0, 0), (2, 2), (6, 3), (8, 4), (10, 5)]
-    assert "another batch layout (gradient_accumulation_steps 1 -> 2)" in caplog.text
+        resumed.train(resume_from_checkpoint=str(tmp_path / f"checkpoint-{checkpoint_step}"))
+    assert [(r["micro_step"], r["global_step"]) for r in read_rounds(str(tmp_path))] == logged_after
+    inside = checkpoint_step == 3
+    assert ("another batch layout (gradient_accumulation_steps 1 -> 2)" in caplog.text) == inside
     assert "other prompts than the resumed round" not in caplog.text
+
+
+def _generated_and_trained(trainer) -> tuple[list, list]:
+    """Records, per round the trainer generates, its rows, and per micro-batch the loss sees, its rows (each row as
+    its prompt and completion tokens)."""
+    generated, trained = [], []
+    generate, prepare = trainer._generate_and_score_completions, trainer._prepare_inputs
+
+    def rows(batch) -> list[tuple]:
+        return [tuple(row) for row in torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1).tolist()]
+
+    def record_round(inputs):
+        batch = generate(inputs)
+        if trainer.model.training:
+            generated.append(rows(batch))
+        return batch
+
+    def record_micro_batch(inputs):
+        batch = prepare(inputs)
+        if trainer.model.training:
+            trained.append(rows(batch))
+        return batch
+
+    trainer._generate_and_score_completions, trainer._prepare_inputs = record_round, record_micro_batch
+    return generated, trained
+
+
+def test_resumes_that_change_gradient_accumulation_train_every_generated_row_and_log_every_trained_round(tmp_path):
+    # Saved every step with gradient_accumulation_steps=2 (one round per step) and resumed in place with 1 from
+    # checkpoint-3: the dataloader resumes at micro-step 3, inside a round of the new layout. That round is generated
+    # there and trained whole, as the pass-rate history records it whole. Resumed in place again from checkpoint-4
+    # (inside that round, same layout): the log keeps every round checkpoint-4's run trained, though its micro-steps
+    # restarted lower than the first run's.
+    overrides = dict(steps_per_generation=2, prompt_id_column="uid", max_steps=6)
+    dataset = prompt_dataset(8, repeats=2)
+    _trainer(tmp_path, dataset, **{**overrides, "max_steps": 3}, gradient_accumulation_steps=2).train()
+    first = _trainer(tmp_path, dataset, **overrides)
+    generated, trained = _generated_and_trained(first)
+    first.train(resume_from_checkpoint=str(tmp_path / "checkpoint-3"))
+    assert len(generated) == 2 and len(trained) == 3
+    assert sorted(trained[0] + trained[1]) == sorted(generated[0])  # every row of the first round, once
+    logged = read_rounds(str(tmp_path))
+    assert [(r["micro_step"], r["global_step"]) for r in logged] == [(0, 0), (2, 1), (4, 2), (2, 3), (4, 5)]
+    _trainer(tmp_path, dataset, **overrides).train(resume_from_checkpoint=str(tmp_path / "checkpoint-4"))
+    assert read_rounds(str(tmp_path)) == logged
 
 
 def test_a_save_into_a_folder_another_process_count_used_owns_it_and_resumes_exactly(tmp_path):

@@ -26,10 +26,11 @@ runs round by round:
   `skipped_prompts` (skipped while drawing the batch), `discarded` (with refill: the groups without spread) and
   `refills` (each further batch of replacement prompts, with the keys above), `rows_trained` and `bound_reached`.
 
-A run resumed from a checkpoint keeps the lines of the rounds that started before the checkpoint and continues the
-file; the round it was saved inside of (trained from its saved rows, or regenerated with the same plan and not
-observed again) is not written twice. So the file of a resumed run has
-the same plans as the file of the run it continues. A fresh run starts a new file.
+A run resumed from a checkpoint keeps the lines of the rounds that started before the checkpoint's optimizer step
+(`global_step`, which never runs backwards; micro-steps restart elsewhere when a resume changes
+`gradient_accumulation_steps`) and continues the file; the round it was saved inside of (trained from its saved rows,
+or regenerated with the same plan and not observed again) is not written twice. So the file of a resumed run has the
+same plans as the file of the run it continues. A fresh run starts a new file.
 
 A run killed while appending a line can leave that last line half-written. A round's line is written during the
 round's first micro-step, before any checkpoint the run could resume from inside or after that round, so a resumed
@@ -70,12 +71,13 @@ class RoundLog:
     def __init__(self, directory: str):
         self.path = os.path.join(directory, ROUNDS_FILE)
 
-    def start(self, resume_micro_step: int | None = None) -> None:
-        """A fresh run empties the file; a resumed one keeps the rounds that started before `resume_micro_step`."""
+    def start(self, resume_global_step: int | None = None) -> None:
+        """A fresh run empties the file; a resumed one keeps the rounds that started before optimizer step
+        `resume_global_step`, the checkpoint's."""
         os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
         kept = []
-        if resume_micro_step is not None and os.path.exists(self.path):
-            kept = [line for line, record in _parse(self.path) if record["micro_step"] < resume_micro_step]
+        if resume_global_step is not None and os.path.exists(self.path):
+            kept = [line for line, record in _parse(self.path) if record["global_step"] < resume_global_step]
         temporary = f"{self.path}.tmp"
         with open(temporary, "w") as f:
             f.writelines(kept)

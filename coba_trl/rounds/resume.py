@@ -1,13 +1,17 @@
 """Where a resumed run picks up its rounds: the micro-step, the round a checkpoint was saved inside of, and its log.
 
-A checkpoint holds TRL's micro-step counter as the saving run counted it (TRL does not save it), the plan of the round
-in progress and, saved inside a round, each process's rows of it not yet trained (`coba_trl.checkpoint`). With the
-saving run's batch layout (`batch_layout`) a resumed run continues at the saved micro-step and trains the saved rows;
-without them it regenerates that round with its saved plan, not observing it a second time, or, when rounds draw their
-prompts (refill, skipping), goes on with the epoch's next prompts. With another layout (processes, batch size,
-steps per generation, ...) it never trains the saved rows nor replays the saved plan: it generates its rounds for its
-own layout from where TRL's dataloader resumes, as GRPOTrainer does. Either way the allocation log keeps the rounds the
-saving run had started when it saved (counted in its own micro-steps) and nothing after them.
+Every decision about what a checkpoint keeps of the round in progress and how a run resumes from it is made here; the
+checkpoint module only writes and reads the files. A checkpoint holds TRL's micro-step counter as the saving run
+counted it (TRL does not save it), the plan of the round in progress and, saved inside a round, each process's rows
+of it not yet trained (`rows_to_save`). With the saving run's batch layout (`batch_layout`) a resumed run continues
+at the saved micro-step and trains the saved rows when every one of its processes has them; without them it
+regenerates that round with its saved plan, not observing it a second time, or, when rounds draw their prompts
+(refill, skipping), goes on with the epoch's next prompts. With another layout (processes, batch size, steps per
+generation, ...) it never trains the saved rows nor replays the saved plan: it generates its rounds for its own
+layout from where TRL's dataloader resumes, as GRPOTrainer does, and trains every row of each round it generates,
+also of one generated where the dataloader resumes inside a round of the new layout. Either way the allocation log
+keeps the rounds that started before the checkpoint's optimizer step, the one counter that never runs backwards
+(micro-steps restart elsewhere when `gradient_accumulation_steps` changes), and nothing after them.
 """
 
 from __future__ import annotations
@@ -36,6 +40,12 @@ def batch_layout(args, num_processes: int) -> dict:
     return {"num_processes": num_processes, **{name: int(getattr(args, name)) for name in LAYOUT_FIELDS}}
 
 
+def rows_to_save(micro_step: int, repeat_count: int, buffered: list[dict] | None) -> list[dict] | None:
+    """What a checkpoint saved before training micro-step `micro_step` keeps of the round in progress: TRL's buffered
+    micro-batches (`buffered`) when the save falls inside a round of `repeat_count` micro-steps, else None."""
+    return buffered if inside_a_round(micro_step, repeat_count) else None
+
+
 @dataclass(frozen=True)
 class ResumePoint:
     """How a resumed run continues (module docstring)."""
@@ -43,15 +53,21 @@ class ResumePoint:
     micro_step: int  # TRL's micro-step counter to continue from
     train_saved_rows: bool  # the checkpoint's rows of the round in progress are trained, not generated again
     replay_round: dict | None  # the saved plan, for the round regenerated at that micro-step
-    log_until: int  # the allocation log keeps the rounds that started before this micro-step of the saving run
+    log_until: int  # the allocation log keeps the rounds that started before this optimizer step
 
 
 def resume_point(
-    checkpoint: str, state: dict | None, layout: dict, resumed_at: int, rows_saved: bool, draws_prompts: bool
+    checkpoint: str,
+    state: dict | None,
+    layout: dict,
+    global_step: int,
+    resumed_at: int,
+    saved_row_ranks: set[int],
+    draws_prompts: bool,
 ) -> ResumePoint:
-    """Where a run with batch `layout` resumes from `checkpoint`, whose CoBA state is `state` (None: none saved);
-    `resumed_at` is the micro-step where TRL's fast-forward puts the dataloader, `rows_saved` whether the checkpoint
-    holds this run's processes' rows of a round in progress."""
+    """Where a run with batch `layout` resumes from `checkpoint`, saved after `global_step` optimizer steps, whose CoBA
+    state is `state` (None: none saved); `resumed_at` is the micro-step where TRL's fast-forward puts the dataloader,
+    `saved_row_ranks` the processes whose rows of a round in progress the checkpoint holds."""
     if state is None:
         logger.warning(
             f"{os.path.join(checkpoint, STATE_FILE)} not found: resuming with an empty pass-rate history and "
@@ -61,26 +77,30 @@ def resume_point(
         # No saved micro-step (no CoBA state, or one from coba-trl 0.1): continue from where the Trainer's
         # fast-forward puts the dataloader, so the round sampler's schedule still names the prompts it loads.
         logger.warning(f"{checkpoint} has no saved micro-step: a round interrupted by it is allocated afresh.")
-        return ResumePoint(resumed_at, False, None, resumed_at)
+        return ResumePoint(resumed_at, False, None, global_step)
     saved_at = state["micro_step"]
     saved = {**layout, **state.get("layout", {})}  # a checkpoint without a layout: this run's
     changed = [f"{name} {saved[name]} -> {value}" for name, value in layout.items() if saved[name] != value]
-    micro_step = resumed_at if changed else saved_at
+    if changed:  # rounds of this layout start where the dataloader resumes, each trained whole
+        repeat_count = layout["steps_per_generation"] * layout["num_iterations"]
+        micro_step = resumed_at - resumed_at % repeat_count
+    else:
+        micro_step = saved_at
     if not inside_a_round(saved_at, saved["steps_per_generation"] * saved["num_iterations"]):
-        return ResumePoint(micro_step, False, None, saved_at)
+        return ResumePoint(micro_step, False, None, global_step)
     if changed:
         logger.warning(
             f"{checkpoint} was saved inside a round with another batch layout ({', '.join(changed)}): its rows are "
             "not trained; the resumed run generates its rounds for this layout from where the dataloader resumes, "
             "as GRPOTrainer does."
         )
-        return ResumePoint(micro_step, False, None, saved_at)
-    if rows_saved:
-        return ResumePoint(micro_step, True, None, saved_at)
+        return ResumePoint(micro_step, False, None, global_step)
+    if saved_row_ranks == set(range(layout["num_processes"])):
+        return ResumePoint(micro_step, True, None, global_step)
     if draws_prompts:
         logger.warning(
             f"{checkpoint} was saved inside a round without this run's saved rows of it: the resumed run goes on "
             "with the next prompts of the epoch."
         )
-        return ResumePoint(micro_step, False, None, saved_at)
-    return ResumePoint(micro_step, False, state["round"], saved_at)  # regenerated with its saved plan
+        return ResumePoint(micro_step, False, None, global_step)
+    return ResumePoint(micro_step, False, state["round"], global_step)  # regenerated with its saved plan

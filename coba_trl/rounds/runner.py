@@ -45,7 +45,7 @@ from coba_trl.rounds.plan import (
     replayed_plan,
 )
 from coba_trl.rounds.refill import choose_rows, deal_chosen_rows, gather_round, replacement_count, rows_with_spread
-from coba_trl.rounds.resume import resume_point
+from coba_trl.rounds.resume import ResumePoint, resume_point
 from coba_trl.rounds.rollouts import RolloutGroups
 from coba_trl.rounds.scoring import (
     Phase,
@@ -246,25 +246,25 @@ class RoundRunner:
 
     # -- state -----------------------------------------------------------------------------------------------------
 
-    def start_log(self, resume_micro_step: int | None = None) -> None:
-        """Start the allocation log: a fresh file, or one that keeps the rounds before `resume_micro_step`."""
+    def start_log(self, resume_global_step: int | None = None) -> None:
+        """Start the allocation log: a fresh file, or one that keeps the rounds before `resume_global_step`."""
         if self.log is not None:
-            shared_call(lambda: self.log.start(resume_micro_step=resume_micro_step), self.accelerator)
+            shared_call(lambda: self.log.start(resume_global_step=resume_global_step), self.accelerator)
 
     def resume(
-        self, checkpoint: str, state: dict | None, saved_rows: list[dict] | None, layout: dict, global_step: int
-    ) -> tuple[int, list[dict] | None]:
-        """Continue from `checkpoint`, whose CoBA state is `state` (None: none saved) and whose rows of the round in
-        progress for this process are `saved_rows` (None: none for this run's processes), in a run of batch `layout`
-        after `global_step` optimizer steps. Returns TRL's micro-step counter and the saved rows to train, if any
+        self, checkpoint: str, state: dict | None, saved_row_ranks: set[int], layout: dict, global_step: int
+    ) -> ResumePoint:
+        """Continue from `checkpoint`, whose CoBA state is `state` (None: none saved) and which holds rows of the
+        round in progress for the processes `saved_row_ranks`, in a run of batch `layout` after `global_step`
+        optimizer steps. Returns where TRL's micro-step counter continues and whether the saved rows are trained
         (`coba_trl.rounds.resume`)."""
         resumed_at = self.source.fast_forward_micro_step(global_step, layout["gradient_accumulation_steps"])
-        point = resume_point(checkpoint, state, layout, resumed_at, saved_rows is not None, self.draws_prompts)
+        point = resume_point(checkpoint, state, layout, global_step, resumed_at, saved_row_ranks, self.draws_prompts)
         if state is not None:
             self.load_state_dict(state)
         self.replay_round = point.replay_round
-        self.start_log(resume_micro_step=point.log_until)  # keeps the rounds that started before the checkpoint
-        return point.micro_step, saved_rows if point.train_saved_rows else None
+        self.start_log(resume_global_step=point.log_until)  # keeps the rounds that started before the checkpoint
+        return point
 
     def state_dict(self) -> dict:
         """What the next rounds depend on, as plain JSON (`coba_trl.checkpoint` writes it)."""
