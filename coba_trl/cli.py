@@ -132,6 +132,43 @@ def check_names_before_import(argv: list[str], classes: list[Reference]) -> None
     _check_config_keys(sorted(fields | {"env"}), argv, None)
 
 
+def requested_model(argv: list[str]) -> str | None:
+    """`model_name_or_path` from the command line, else from the `--config` file, else None."""
+    probe = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    probe.add_argument("--model_name_or_path", "--model-name-or-path")
+    known, _ = probe.parse_known_args(argv)
+    if known.model_name_or_path is None:
+        return settings_from_config(argv).get("model_name_or_path")
+    return known.model_name_or_path
+
+
+LOCAL_MODEL = "a local model directory (a training output_dir, such as outputs/cpu_demo)"
+
+
+def check_model_path(name: str) -> None:
+    """A `model_name_or_path` written as a path (`/...`, `./...`, `../...`, `~...`: never a Hub id) or naming a file:
+    a `ValueError` saying it is missing, or a file, unless it is a folder."""
+    if os.path.isdir(name):
+        return
+    if name.startswith(("/", "~", "./", "../", os.sep)) or name in (".", "..") or os.path.isfile(name):
+        what = "a file, not a model folder" if os.path.isfile(name) else "missing: no such folder"
+        raise ValueError(
+            f"model_name_or_path {name} is {what}. Pass {LOCAL_MODEL} that exists, or a Hugging Face Hub id "
+            "(Qwen/Qwen2.5-7B-Instruct)."
+        )
+
+
+def check_model_before_import(argv: list[str]) -> None:
+    """`check_model_path` on the model `argv` names (flag or `--config` file), before torch is imported: one line,
+    exit status 2."""
+    name = requested_model(argv)
+    if name is not None:
+        try:
+            check_model_path(name)
+        except ValueError as error:
+            fail(str(error))
+
+
 CHECKPOINT_NAME = re.compile(r"checkpoint-(\d+)")  # the Trainer's checkpoint folders
 
 

@@ -43,18 +43,20 @@ import os
 import sys
 from dataclasses import asdict, dataclass, field
 
-from coba_trl.cli import check_command_line, check_names_before_import, fail, settings_from_config
+from coba_trl.cli import (
+    check_command_line,
+    check_model_before_import,
+    check_names_before_import,
+    fail,
+    requested_model,
+    settings_from_config,
+)
 from coba_trl.numerics import pin_cpu_numerics
 
 
 def evaluates_demo_model(argv: list[str]) -> bool:
     """True when the model (from the command line or the `--config` file) is a CPU demo's output directory."""
-    probe = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
-    probe.add_argument("--model_name_or_path", "--model-name-or-path")
-    known, _ = probe.parse_known_args(argv)
-    model = known.model_name_or_path
-    if model is None:
-        model = settings_from_config(argv).get("model_name_or_path")
+    model = requested_model(argv)
     return model is not None and os.path.isfile(os.path.join(model, "demo_summary.json"))
 
 
@@ -73,6 +75,7 @@ def evaluates_demo_task(argv: list[str]) -> bool:
 
 if __name__ == "__main__":
     check_names_before_import(sys.argv[1:], [(__name__, "EvalArguments")])  # a misspelt flag: before torch loads
+    check_model_before_import(sys.argv[1:])  # so is a model path that does not exist
     if evaluates_demo_model(sys.argv[1:]) or evaluates_demo_task(sys.argv[1:]):
         pin_cpu_numerics()  # the demo's model or task: pinned CPU code paths, as the demo pins them (docs/numerics.md)
 

@@ -36,9 +36,11 @@ from dataclasses import dataclass, field
 from coba_trl.cli import (
     check_checkpoint_path,
     check_command_line,
+    check_model_before_import,
     check_names_before_import,
     config_path,
     fail,
+    requested_model,
     settings_from_config,
 )
 from coba_trl.numerics import pin_cpu_numerics
@@ -52,19 +54,10 @@ DATACLASSES = [
 ]
 
 
-def requested_model(argv: list[str]) -> str | None:
-    """`model_name_or_path` from the command line, else from the `--config` file, else None (the CPU demo)."""
-    probe = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
-    probe.add_argument("--model_name_or_path", "--model-name-or-path")
-    known, _ = probe.parse_known_args(argv)
-    if known.model_name_or_path is None:
-        return settings_from_config(argv).get("model_name_or_path")
-    return known.model_name_or_path
-
-
 if __name__ == "__main__":
     check_names_before_import(sys.argv[1:], DATACLASSES)  # a misspelt flag: refused before torch is imported
-    if requested_model(sys.argv[1:]) is None:
+    check_model_before_import(sys.argv[1:])  # so is a model path that does not exist
+    if requested_model(sys.argv[1:]) is None:  # no model: the CPU demo
         pin_cpu_numerics()  # the CPU demo: torch's CPU code paths pinned (docs/numerics.md)
 
 from trl import ModelConfig, TrlParser, get_peft_config, get_quantization_config  # noqa: E402

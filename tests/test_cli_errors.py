@@ -81,7 +81,8 @@ def test_evaluate_names_a_typod_config_key_and_flag(tmp_path, capsys):
 def test_a_training_set_without_prompt_fails_before_any_model_loads(tmp_path):
     path = tmp_path / "questions.parquet"
     Dataset.from_dict({"question": ["1 + 1"], "answer": ["2"]}).to_parquet(path)
-    missing_model = str(tmp_path / "no_model_here")  # were a model loaded first, this would fail instead
+    missing_model = str(tmp_path / "no_model_here")  # a folder without a model: were it loaded first, this would fail
+    os.mkdir(missing_model)
     evaluate = run_script("evaluate.py", "--model_name_or_path", missing_model, "--train_dataset", str(path))
     argv = ["--model_name_or_path", missing_model, "--dataset_name", str(path), "--use_cpu", "true", "--bf16", "false"]
     train = run_script("train_qwen.py", *argv, "--output_dir", str(tmp_path / "out"))
@@ -151,10 +152,19 @@ finally:
         ("examples/train_qwen.py", ["--config", "{bad_yaml}"], "did you mean `budget_allocator`"),
         ("examples/evaluate.py", ["--model_name_or_path", "m", "--bencmarks", "x"], "did you mean --benchmarks"),
         ("coba_trl/preview.py", ["rates.json", "--budget_alocator", "knapsack"], "did you mean --budget_allocator"),
+        ("examples/train_qwen.py", ["--model_name_or_path", "./no_such_model"], "./no_such_model is missing"),
+        ("examples/evaluate.py", ["--model_name_or_path", "~/no_such_model"], "~/no_such_model is missing"),
     ],
-    ids=["train_qwen-flag", "train_qwen-config-key", "evaluate-flag", "preview-flag"],
+    ids=[
+        "train_qwen-flag",
+        "train_qwen-config-key",
+        "evaluate-flag",
+        "preview-flag",
+        "train_qwen-model",
+        "evaluate-model",
+    ],
 )
-def test_a_misspelt_name_is_refused_before_torch_is_imported(tmp_path, script, argv, says):
+def test_a_misspelt_name_or_missing_model_is_refused_before_torch_is_imported(tmp_path, script, argv, says):
     bad_yaml = tmp_path / "bad.yaml"
     bad_yaml.write_text("budget_alocator: knapsack\n")
     argv = [arg.format(bad_yaml=bad_yaml) for arg in argv]

@@ -14,6 +14,8 @@ from urllib.parse import urlparse
 import datasets
 from huggingface_hub import constants
 
+from coba_trl.cli import LOCAL_MODEL, check_model_path
+
 LOCAL_SUFFIXES = {".parquet": "parquet", ".jsonl": "json", ".json": "json"}
 PROXY_VARIABLES = ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")
 
@@ -67,7 +69,6 @@ def hub_error(kind: str, name: str, reason: str, local: str) -> ValueError:
 
 
 LOCAL_DATA = "a local .parquet, .jsonl or .json file (or a folder of them)"
-LOCAL_MODEL = "a local model directory (a training output_dir, such as outputs/cpu_demo)"
 
 
 def require_hub(kind: str, name: str, local: str) -> str | None:
@@ -79,23 +80,13 @@ def require_hub(kind: str, name: str, local: str) -> str | None:
     return reason
 
 
-def looks_local(name: str) -> bool:
-    """Whether `name` is written as a path (`/...`, `./...`, `../...`, `~...`): never a Hub id."""
-    return name.startswith(("/", "~", "./", "../", os.sep)) or name in (".", "..")
-
-
 def check_model_source(name: str) -> None:
-    """A model written as a path must be a folder; any other name that is no local folder comes from the Hub: a
-    `ValueError` at once, before anything loads, when the path is missing, the Hub has no host, or offline mode is on
-    and the offline cache does not hold the model."""
+    """A model written as a path must be a folder (`coba_trl.cli.check_model_path`); any other name that is no local
+    folder comes from the Hub: a `ValueError` at once, before anything loads, when the path is missing, the Hub has no
+    host, or offline mode is on and the offline cache does not hold the model."""
+    check_model_path(name)
     if os.path.isdir(name):
         return
-    if looks_local(name) or os.path.isfile(name):
-        what = "a file, not a model folder" if os.path.isfile(name) else "missing: no such folder"
-        raise ValueError(
-            f"model_name_or_path {name} is {what}. Pass {LOCAL_MODEL} that exists, or a Hugging Face Hub id "
-            "(Qwen/Qwen2.5-7B-Instruct)."
-        )
     reason = require_hub("model", name, LOCAL_MODEL)
     if reason is None:
         return
