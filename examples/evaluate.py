@@ -38,6 +38,7 @@ examples:
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib.util
 import os
 import sys
@@ -430,6 +431,7 @@ def main(argv: list[str] | None = None):
         formatter_class=HelpFormatter,
         allow_abbrev=False,  # a prefix of a flag is refused, with the fields meant
     )
+    parser.error = functools.partial(fail, prog=parser.prog)  # argparse's (an invalid choice) in one line too
     argv = sys.argv[1:] if argv is None else argv
     check_command_line(parser, argv)  # unknown flags and config keys, a missing config file: one line each
     try:

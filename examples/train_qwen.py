@@ -255,13 +255,15 @@ def coba_options() -> str:
 
 
 def make_parser() -> TrlParser:
-    return TrlParser(
+    parser = TrlParser(
         (ScriptArguments, CoBAConfig, ModelConfig, DemoArguments),
         usage="python examples/train_qwen.py [--config FILE.yaml] [--FIELD VALUE ...]",
         description=f"{__doc__}\n{coba_options()}",
         formatter_class=HelpFormatter,
         allow_abbrev=False,  # --max_generation is no --max_generations: a prefix is refused, with the fields meant
     )
+    parser.error = functools.partial(fail, prog=parser.prog)  # argparse's (an invalid choice) in one line too
+    return parser
 
 
 def flag_fields(argv: list[str]) -> list[str]:

@@ -184,3 +184,16 @@ def test_the_names_checked_before_import_are_the_parsers_fields():
     assert declared_field_names(train_qwen.DATACLASSES) == parsed
     parsed = {f.name for kind in (preview.PreviewArguments, CoBAConfig) for f in dataclasses.fields(kind)}
     assert declared_field_names(preview.DATACLASSES) == parsed
+
+
+@pytest.mark.parametrize(
+    ("script", "argv", "says"),
+    [
+        ("train_qwen", ["--budget_allocator", "knapsak"], "--budget_allocator/--budget-allocator: invalid choice"),
+        ("evaluate", ["--model_name_or_path", "m", "--instruction", "boxd"], "--instruction: invalid choice"),
+    ],
+)
+def test_an_invalid_choice_is_one_line_without_the_usage(capsys, script, argv, says):
+    with pytest.raises(SystemExit) as stop:
+        load(script).main(argv)
+    assert stop.value.code == 2 and says in one_line(capsys.readouterr().err)
