@@ -103,10 +103,13 @@ def check_dataset(
         prompts = [row["prompt"] for row in first_rows] if needs_prompt else None
         if needs_prompt:
             check_prompts(prompts, f" among its first {ROWS_PEEKED}")
+    elif needs_prompt:
+        prompts = train_dataset["prompt"]
+        if prompt_id_column is not None:  # read once for both checks (datasets reads a column at each pass)
+            prompts = list(prompts)
+        check_prompts(prompts)
     else:
-        prompts = train_dataset["prompt"] if needs_prompt else None
-        if needs_prompt:
-            check_prompts(prompts)
+        prompts = None
     columns = dataset_columns(train_dataset) or []
     for field_name, column in (
         ("prompt_id_column", prompt_id_column),
