@@ -15,6 +15,7 @@ import torch
 
 from coba_trl.rounds.log import plain
 from coba_trl.rounds.metrics import budget_metrics
+from coba_trl.rounds.phases import local_positions
 from coba_trl.rounds.plan import RoundPlan, Screening
 
 
@@ -77,10 +78,12 @@ def combined(batches: list[GenerationBatch]):
 
 
 def process_groups(phase, num_processes: int) -> list[list[list[int]]]:
-    """Per process, the [group, rows] it generated in `phase` (its equal slice of the phase's gathered rows)."""
+    """Per process, the [group, rows] it generated in `phase` (its slice of the phase's gathered rows)."""
+    group_ids = np.asarray(phase.group_ids)
+    per_process = [group_ids[local_positions([phase], rank, num_processes)] for rank in range(num_processes)]
     return [
         [[int(group), int(rows)] for group, rows in zip(*np.unique(part, return_counts=True), strict=True)]
-        for part in np.split(np.asarray(phase.group_ids), num_processes)
+        for part in per_process
     ]
 
 

@@ -51,6 +51,28 @@ MULTIMODAL = (
 )
 
 
+def by_kind(batch: dict, pad_token_id: int, *, padded, rows, summed, unknown) -> dict:
+    """`batch` (TRL's generation output) with each tensor replaced as its kind says, the one place that tells the kinds
+    apart: `padded(key, value, side, fill)` for a (B, T) tensor of `PADDING` (`fill` the pad token for None),
+    `rows(key, value)` for a per-row tensor of `ROWS`, `summed(key, value)` for a per-batch count of `SUMMED`. A key
+    returned as None stays None; any other key raises `unknown(key)` (an exception) rather than being handled by a
+    guess."""
+    out = {}
+    for key, value in batch.items():
+        if value is None:
+            out[key] = None
+        elif key in SUMMED:
+            out[key] = summed(key, value)
+        elif key in ROWS:
+            out[key] = rows(key, value)
+        elif key in PADDING:
+            side, fill = PADDING[key]
+            out[key] = padded(key, value, side, pad_token_id if fill is None else fill)
+        else:
+            raise unknown(key)
+    return out
+
+
 def merge_phase_outputs(outputs: list[dict], pad_token_id: int) -> dict:
     """Concatenate the row batches TRL's `_generate_and_score_completions` returned for each phase.
 
@@ -59,38 +81,38 @@ def merge_phase_outputs(outputs: list[dict], pad_token_id: int) -> dict:
     not listed here raises a `ValueError` rather than being merged by a guess: multimodal inputs (two phases do not
     support them) and any key a newer TRL adds, whose padding side is unknown.
     """
-    merged = {}
-    for key in outputs[0]:
+
+    def padded(key, _, side, fill):
         values = [output[key] for output in outputs]
-        if values[0] is None:
-            merged[key] = None
-        elif key in SUMMED:
-            merged[key] = sum(values[1:], values[0])
-        elif key in ROWS:
-            merged[key] = torch.cat(values)
-        elif key in PADDING:
-            side, fill = PADDING[key]
-            width = max(value.shape[1] for value in values)
-            fill = pad_token_id if fill is None else fill
-            padded = [
-                F.pad(
-                    value, (width - value.shape[1], 0) if side == "left" else (0, width - value.shape[1]), value=fill
-                )
-                for value in values
-            ]
-            merged[key] = torch.cat(padded)
-        elif key in MULTIMODAL:
-            raise ValueError(
+        width = max(value.shape[1] for value in values)
+        return torch.cat([pad_to(value, width, side, fill) for value in values])
+
+    def unknown(key):
+        if key in MULTIMODAL:
+            return ValueError(
                 f"two_phase_rounds cannot merge the generation output {key!r} (image or other multimodal inputs). "
                 "Set two_phase_rounds=False for this dataset."
             )
-        else:
-            raise ValueError(
-                f"two_phase_rounds cannot merge the generation output {key!r}: this TRL version returns a key "
-                "coba-trl does not know how to pad or concatenate. Install a TRL version coba-trl is tested with "
-                "(see coba_trl.compat) or set two_phase_rounds=False."
-            )
-    return merged
+        return ValueError(
+            f"two_phase_rounds cannot merge the generation output {key!r}: this TRL version returns a key "
+            "coba-trl does not know how to pad or concatenate. Install a TRL version coba-trl is tested with "
+            "(see coba_trl.compat) or set two_phase_rounds=False."
+        )
+
+    return by_kind(
+        outputs[0],
+        pad_token_id,
+        padded=padded,
+        rows=lambda key, _: torch.cat([output[key] for output in outputs]),
+        summed=lambda key, first: sum((output[key] for output in outputs[1:]), first),
+        unknown=unknown,
+    )
+
+
+def pad_to(value: torch.Tensor, width: int, side: str, fill) -> torch.Tensor:
+    """`value` (B, T) padded to `width` columns on `side` ("left" or "right") with `fill`."""
+    missing = width - value.shape[1]
+    return F.pad(value, (missing, 0) if side == "left" else (0, missing), value=fill)
 
 
 def local_positions(phases: list, rank: int, num_processes: int) -> np.ndarray:
@@ -140,6 +162,12 @@ def rescue_counts(counts: np.ndarray, rescued: np.ndarray, floor: int, cap: int,
     return counts
 
 
+def zero_completion_mask(batch: dict, rows: torch.Tensor) -> None:
+    """Take `rows` (bool, B) of `batch` out of the loss: their completion mask becomes 0 (in place)."""
+    mask = batch["completion_mask"]
+    batch["completion_mask"] = torch.where(rows.unsqueeze(1), torch.zeros_like(mask), mask)
+
+
 def drop_rows(output: dict, dropped_rows: torch.Tensor, gather_sum) -> int:
     """Take the local rows in `dropped_rows` (bool, B) out of the loss and out of its token normaliser (in place).
 
@@ -147,8 +175,7 @@ def drop_rows(output: dict, dropped_rows: torch.Tensor, gather_sum) -> int:
     normaliser for the token-level losses) loses their tokens; `gather_sum` sums a local count over processes.
     Returns the tokens dropped over all processes.
     """
-    mask = output["completion_mask"]
     dropped = gather_sum(loss_mask(output)[dropped_rows].sum())
-    output["completion_mask"] = torch.where(dropped_rows.unsqueeze(1), torch.zeros_like(mask), mask)
+    zero_completion_mask(output, dropped_rows)
     output["num_items_in_batch"] = output["num_items_in_batch"] - dropped
     return int(dropped)

@@ -26,7 +26,14 @@ import torch
 
 from coba_trl.rounds.advantages import group_advantages
 from coba_trl.rounds.batches import GenerationBatch
-from coba_trl.rounds.phases import PADDING, ROWS, local_positions, loss_mask, merge_phase_outputs, round_rows
+from coba_trl.rounds.phases import (
+    by_kind,
+    local_positions,
+    loss_mask,
+    merge_phase_outputs,
+    round_rows,
+    zero_completion_mask,
+)
 
 
 def replacement_count(missing_rows: int, num_generations: int, num_processes: int, screen_rows: int = 0) -> int:
@@ -102,22 +109,24 @@ def choose_rows(batches: list[GenerationBatch], num_processes: int, rows_needed:
 
 def gather_round(batches: list[GenerationBatch], pad_token_id: int, accelerator) -> dict:
     """Every process's rows of every batch, on every process: each process's batches merged (padded to the widest),
-    then padded across processes and gathered, process 0's rows first."""
+    then padded across processes and gathered, process 0's rows first. `num_items_in_batch` already counts every
+    process's tokens."""
     local = merge_phase_outputs([batch.scored.batch for batch in batches], pad_token_id)
     if accelerator is None or accelerator.num_processes == 1:
         return local
-    gathered = {}
-    for key, value in local.items():
-        if value is None or key == "num_items_in_batch":
-            gathered[key] = value
-        elif key in PADDING:
-            side, fill = PADDING[key]
-            fill = pad_token_id if fill is None else fill
-            padded = accelerator.pad_across_processes(value, dim=1, pad_index=fill, pad_first=side == "left")
-            gathered[key] = accelerator.gather(padded)
-        else:  # ROWS: (B,)
-            gathered[key] = accelerator.gather(value)
-    return gathered
+
+    def padded(key, value, side, fill):
+        value = accelerator.pad_across_processes(value, dim=1, pad_index=fill, pad_first=side == "left")
+        return accelerator.gather(value)
+
+    return by_kind(
+        local,
+        pad_token_id,
+        padded=padded,
+        rows=lambda key, value: accelerator.gather(value),
+        summed=lambda key, value: value,
+        unknown=_cannot_deal,
+    )
 
 
 def deal_chosen_rows(gathered: dict, chosen: ChosenRows, rank: int, num_processes: int) -> dict:
@@ -133,19 +142,17 @@ def deal_chosen_rows(gathered: dict, chosen: ChosenRows, rank: int, num_processe
     every = torch.as_tensor(chosen.kept, dtype=torch.long)
     device = gathered["completion_mask"].device
     trained_tokens = loss_mask(gathered)[every.to(device)].sum()
-    batch = {}
-    for key, value in gathered.items():
-        if value is None or key == "num_items_in_batch":
-            batch[key] = value
-        elif key in PADDING or key in ROWS:
-            batch[key] = value[mine.to(value.device)]
-        else:
-            raise ValueError(
-                f"zero_variance_groups='refill' cannot deal the generation output {key!r} over processes."
-            )
-    mine_filler = torch.arange(len(mine), device=device) >= len(kept[rank])
-    batch["completion_mask"] = torch.where(
-        mine_filler.unsqueeze(1), torch.zeros_like(batch["completion_mask"]), batch["completion_mask"]
+    batch = by_kind(
+        gathered,
+        0,  # rows are taken, never padded
+        padded=lambda key, value, side, fill: value[mine.to(value.device)],
+        rows=lambda key, value: value[mine.to(value.device)],
+        summed=lambda key, value: trained_tokens,
+        unknown=_cannot_deal,
     )
-    batch["num_items_in_batch"] = trained_tokens
+    zero_completion_mask(batch, torch.arange(len(mine), device=device) >= len(kept[rank]))
     return batch
+
+
+def _cannot_deal(key: str) -> ValueError:
+    return ValueError(f"zero_variance_groups='refill' cannot deal the generation output {key!r} over processes.")
