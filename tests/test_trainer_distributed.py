@@ -45,6 +45,7 @@ def test_three_prompts_per_round_over_two_processes(tmp_path):
     # Row alignment: every process's rows carry their own group's advantages. Pooled over both processes, each
     # prompt has its planned number of rows, rows rewarded alike share one advantage, a better reward gets a higher
     # one, and a group's advantages sum to 0.
+    dropped = 0
     for round_index, (ids, sizes) in enumerate(ranks[0]["rounds"]):
         rows = ranks[0]["local_rows"][round_index] + ranks[1]["local_rows"][round_index]
         assert sum(reward for _, reward, _ in rows) == sum(r[0] for r in ranks[0]["rewards"][round_index])
@@ -56,6 +57,19 @@ def test_three_prompts_per_round_over_two_processes(tmp_path):
             if len(by_reward) == 2:
                 assert by_reward[1.0].pop() > 0 > by_reward[0.0].pop()
             assert abs(sum(advantage for _, advantage in group)) < 1e-4
+        # zero_variance_groups="drop": the rows of every group rewarded alike (a group of one always is) leave the loss
+        # on whichever process holds them, and TRL's token normaliser counts what both processes train, on both.
+        flat = {}
+        for prompt, reward, _ in rows:
+            flat.setdefault(prompt, set()).add(reward)
+        for rank in range(2):
+            tokens = ranks[rank]["trained_tokens"][round_index]
+            for (prompt, _, _), trained in zip(ranks[rank]["local_rows"][round_index], tokens, strict=True):
+                assert (trained == 0) == (len(flat[prompt]) == 1), (round_index, rank, prompt)
+                dropped += trained == 0
+        trained_tokens = sum(sum(ranks[rank]["trained_tokens"][round_index]) for rank in range(2))
+        assert ranks[0]["num_items"][round_index] == ranks[1]["num_items"][round_index] == trained_tokens
+    assert dropped >= 2  # the groups of one in the first and last rounds at least
 
 
 @pytest.mark.slow

@@ -81,6 +81,8 @@ class Recorder:
 
         self.local_rows = []  # per round: (prompt text, completion parity, advantage) of this process's rows
         self.completions = []  # per round: the completion text of each of this process's rows
+        self.trained_tokens = []  # per round: the completion tokens of each of this process's rows the loss counts
+        self.num_items = []  # per round: TRL's token normaliser, num_items_in_batch
         tokenizer = trainer.processing_class
 
         def record_advantages(inputs):
@@ -88,13 +90,14 @@ class Recorder:
             self.advantages.append(output["advantages"].clone())
             if trainer.model.training:
                 prompts = tokenizer.batch_decode(output["prompt_ids"], skip_special_tokens=True)
-                completions = [
-                    tokenizer.decode(ids[mask.bool()], skip_special_tokens=True)
-                    for ids, mask in zip(output["completion_ids"], output["completion_mask"], strict=True)
-                ]
+                # every token after a completion's end is a special one (its end, then padding): decoded without the
+                # completion mask, which zero_variance_groups="drop" zeroes, each row keeps its text
+                completions = tokenizer.batch_decode(output["completion_ids"], skip_special_tokens=True)
                 parity = parity_reward(completions)
                 self.completions.append(completions)
                 self.local_rows.append(list(zip(prompts, parity, output["advantages"].tolist(), strict=True)))
+                self.trained_tokens.append(output["completion_mask"].sum(1).tolist())
+                self.num_items.append(float(output["num_items_in_batch"]))
             return output
 
         trainer._calculate_rewards = record_rewards
@@ -156,7 +159,7 @@ def _odd_layout_args(out_dir: str, **overrides):
 def main(out_dir: str, mode: str = "scripted", resume_from: str | None = None) -> None:
     """Two-process run; every rank dumps what it saw to OUT_DIR/rank{R}.json, then tears down cleanly.
 
-    `scripted`: scripted uneven group sizes, parity reward. `coba`: the CoBA allocator with a step-dependent success
+    `scripted`: scripted uneven group sizes, parity reward, groups without spread dropped from the loss. `coba`: the CoBA allocator with a step-dependent success
     reward (`step_parity_reward`: the completions' parity adds a loss), a checkpoint every step (resume with a third argument, the checkpoint folder). `two-phase`: `coba` with two-phase
     rounds and rescued zero-variance groups. `neighbours`: `coba` with `pass_rate_neighbour_column` (two levels). `fail`: `scripted` with an allocator that raises in round 2, on process 0
     only; every rank writes the error it raised to OUT_DIR/rank{R}.error. `uniform`: the uniform allocator, parity
@@ -175,7 +178,7 @@ def main(out_dir: str, mode: str = "scripted", resume_from: str | None = None) -
         args = _odd_layout_args(out_dir, budget_allocator="uniform")
         trainer = CoBAGRPOTrainer(model, parity_reward, args=args, train_dataset=dataset, processing_class=tokenizer)
     elif mode == "scripted":
-        args = _odd_layout_args(out_dir, pass_rate_window=3)
+        args = _odd_layout_args(out_dir, pass_rate_window=3, zero_variance_groups="drop")
         trainer = CoBAGRPOTrainer(model, parity_reward, args=args, train_dataset=dataset, processing_class=tokenizer)
         sizes = iter([[1, 9, 2], [2, 3, 7], [6, 5, 1]])
         trainer.allocator.allocate = lambda pass_rates, total_budget: np.array(next(sizes))
@@ -218,6 +221,8 @@ def main(out_dir: str, mode: str = "scripted", resume_from: str | None = None) -
         "rewards": [r.tolist() for r in recorder.rewards],
         "local_rows": recorder.local_rows,
         "completions": recorder.completions,
+        "trained_tokens": recorder.trained_tokens,
+        "num_items": recorder.num_items,
         "losses": [h["loss"] for h in trainer.state.log_history if "loss" in h],
         "weights": [float(p.detach().double().sum()) for p in trainer.model.parameters()],
         "global_step": trainer.state.global_step,
