@@ -86,6 +86,12 @@ def regime_arguments(name: str) -> tuple[dict, DemoArguments]:
 # log-probs of a completion differ from those it was sampled with (vLLM, or generation in eval mode), so TRL's
 # importance-sampling ratio would wander far from 1 on this tiny model; `--lora_dropout` sets it.
 DEMO_MODEL_ARGS: dict = {"lora_dropout": 0.0}
+# The demo model's size: each DemoArguments field and the Qwen2 config key it sets (`coba_trl.demo.model`).
+MODEL_SIZE = {
+    "demo_hidden_size": "hidden_size",
+    "demo_num_layers": "num_hidden_layers",
+    "demo_num_heads": "num_attention_heads",
+}
 
 
 # The least value of each count in DemoArguments (the warm start may be skipped, and 0 evaluates before and after RL

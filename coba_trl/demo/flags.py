@@ -21,19 +21,13 @@ import os
 import re
 
 from coba_trl.checkpoint import STATE_FILE, latest_complete_checkpoint
-from coba_trl.demo.config import DEMO_OUTPUT_DIR, DemoArguments
+from coba_trl.demo.config import DEMO_OUTPUT_DIR, MODEL_SIZE, DemoArguments
 
 SUMMARY_FILE = "demo_summary.json"
 BEFORE_RL_FILE = "demo_before_rl.json"  # in every demo checkpoint: the accuracy before RL, for a resumed run
 # Fields that say where a run writes or where it resumes from, not what it trains: they do not name its folder.
 PLACEMENT_FIELDS = ("output_dir", "overwrite_output_dir", "resume_from_checkpoint", "config")
 LONGEST_FOLDER_NAME = 120
-# The demo model's size: the DemoArguments field and the key of the model's config.json it sets (`coba_trl.demo.model`).
-MODEL_SIZE = {
-    "demo_hidden_size": "hidden_size",
-    "demo_num_layers": "num_hidden_layers",
-    "demo_num_heads": "num_attention_heads",
-}
 
 
 def _slug(value) -> str:

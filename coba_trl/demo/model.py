@@ -13,7 +13,7 @@ import dataclasses
 
 from transformers import PreTrainedTokenizerFast, Qwen2ForCausalLM
 
-from coba_trl.demo.config import DemoArguments
+from coba_trl.demo.config import MODEL_SIZE, DemoArguments
 from coba_trl.tiny import build_byte_tokenizer, build_tiny_qwen2
 
 MAX_POSITIONS = 128  # the demo's prompts and completions fit well within this
@@ -22,27 +22,20 @@ MAX_POSITIONS = 128  # the demo's prompts and completions fit well within this
 def build_demo_model(demo_args: DemoArguments, seed: int) -> tuple[Qwen2ForCausalLM, PreTrainedTokenizerFast]:
     """The demo's model before its warm start, and its byte-level tokenizer."""
     tokenizer = build_byte_tokenizer()
-    model = build_tiny_qwen2(
-        tokenizer,
-        hidden_size=demo_args.demo_hidden_size,
-        num_hidden_layers=demo_args.demo_num_layers,
-        num_attention_heads=demo_args.demo_num_heads,
-        max_position_embeddings=MAX_POSITIONS,
-        seed=seed,
-    )
+    size = {key: getattr(demo_args, name) for name, key in MODEL_SIZE.items()}
+    model = build_tiny_qwen2(tokenizer, **size, max_position_embeddings=MAX_POSITIONS, seed=seed)
     return model, tokenizer
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m coba_trl.demo.model", description=__doc__.split("\n")[0])
     parser.add_argument("output_dir", help="Folder to write the model and tokenizer to.")
-    shape = ("demo_hidden_size", "demo_num_layers", "demo_num_heads")
     defaults = DemoArguments()
-    for name in shape:
+    for name in MODEL_SIZE:
         parser.add_argument(f"--{name}", type=int, default=getattr(defaults, name))
     parser.add_argument("--seed", type=int, default=0, help="Seed of the initial weights (the demo's default, 0).")
     args = parser.parse_args(argv)
-    demo_args = dataclasses.replace(defaults, **{name: getattr(args, name) for name in shape})
+    demo_args = dataclasses.replace(defaults, **{name: getattr(args, name) for name in MODEL_SIZE})
     model, tokenizer = build_demo_model(demo_args, args.seed)
     model.save_pretrained(args.output_dir)
     tokenizer.save_pretrained(args.output_dir)
