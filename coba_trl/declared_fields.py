@@ -10,7 +10,8 @@ A class is found where its module binds the name: a `class` statement, an assign
 `from ... import` (followed into the module named, as in transformers' and TRL's lazy `__init__` files); every
 branch of an `if` counts, so a class defined one way or another gives the fields of both. A field is an annotated
 name in a class body (`ClassVar` excepted). When any class or base class cannot be found this way the answer is
-None, and the scripts leave every check to the parser.
+None, and the scripts leave every check to the parser. The modules read are those the scripts name in their code,
+and the packages those import from; their source is parsed, never run.
 """
 
 from __future__ import annotations
