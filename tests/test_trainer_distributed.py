@@ -1,6 +1,6 @@
-"""Two real processes (torchrun, CPU, gloo): a layout whose prompts do not divide over the processes trains, the ranks
-agree on everything, a resume inside a round continues the uninterrupted run exactly, and uniform allocation is
-GRPOTrainer step for step."""
+"""Two real processes (torchrun, CPU, gloo): a layout whose prompts do not divide over the processes trains (dropping
+the groups without spread from the loss on whichever process holds them), the ranks agree on everything, a resume
+inside a round continues the uninterrupted run exactly, and uniform allocation is GRPOTrainer step for step."""
 
 import json
 from pathlib import Path

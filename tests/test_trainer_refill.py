@@ -459,6 +459,12 @@ def test_on_two_processes_the_rows_trained_are_disjoint_and_are_the_rounds_rows_
             tuple(ids) for result in results for uid, ids in result["generated"][r] if not settled(uid)
         )
         assert not (trained[0] + trained[1]) - with_spread  # every trained row is a generated row with spread
+        # Rows from the other process were padded to this one's widths: still on TRL's sides, the prompt on the left
+        # and the completion on the right, so the model reads prompt and completion next to each other.
+        for result in results:
+            for prompt_mask, completion_mask in result["batches"][r]["trained_masks"]:
+                assert prompt_mask == sorted(prompt_mask) and prompt_mask[-1] == 1
+                assert completion_mask == sorted(completion_mask, reverse=True) and completion_mask[0] == 1
 
 
 def never_solved(completions, uid, **kwargs):

@@ -81,6 +81,10 @@ class SpendingRecorder:
                         "trained_rows": [
                             [uids[i], ids[i][mask[i]].tolist(), output["advantages"][i].item()] for i in trained
                         ],
+                        # each trained row's prompt and completion masks, to read which side they are padded on
+                        "trained_masks": [
+                            [output["prompt_mask"][i].tolist(), output["completion_mask"][i].tolist()] for i in trained
+                        ],
                     }
                 )
             return output
