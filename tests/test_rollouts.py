@@ -77,3 +77,37 @@ def test_a_padding_call_gets_new_environments_reset_with_its_row():
     environments = new_environments(trainer, row, 2)
     assert len({id(env) for env in environments}) == 2 and all(isinstance(env, Counter) for env in environments)
     assert all(env.task == 3 and "environment" not in env.row for env in environments)
+
+
+def test_a_rollout_func_that_answers_wrongly_on_one_process_stops_every_process_with_the_same_error():
+    # Process 1's function returns one completion too few: process 0 must not go on alone into its next collective
+    # (the next group size's call, or TRL's gather), where it would wait for process 1 until a timeout.
+    from types import SimpleNamespace
+
+    from scripts.fake_collectives import World
+
+    from coba_trl import distributed
+    from coba_trl.rounds import rollouts
+    from coba_trl.rounds.rollouts import RolloutGroups, grouped_rollout
+
+    world = World(2, timeout=5)
+
+    def rollout_func(prompts, trainer):
+        count = len(prompts) - (trainer.accelerator.process_index == 1)
+        return {"prompt_ids": [[1]] * len(prompts), "completion_ids": [[2]] * count, "logprobs": None}
+
+    def process(rank):
+        rows = [{"prompt": "q"}] * 2
+        groups = RolloutGroups([0, 0], [4], inputs=rows)
+        trainer = SimpleNamespace(
+            accelerator=world.accelerator(rank), rollout_groups=groups, environments=None, num_generations=4
+        )
+        try:
+            return grouped_rollout(rollout_func)(["q", "q"], trainer)
+        except ValueError as error:
+            return str(error)
+
+    with world.patch(distributed, rollouts):
+        errors = world.run(lambda: process(0), lambda: process(1))
+    assert errors[0] == errors[1]
+    assert errors[0].startswith("rollout_func returned 'completion_ids' with 1 entries for 2 prompts")

@@ -27,6 +27,8 @@ from dataclasses import dataclass
 
 from accelerate.utils import gather_object
 
+from coba_trl.distributed import checked_everywhere
+
 
 @dataclass(frozen=True)
 class RolloutGroups:
@@ -84,21 +86,29 @@ def grouped_rollout(rollout_func):
             finally:
                 trainer.num_generations, trainer.rollout_groups = mean_group_size, groups
                 trainer.environments = environments
-            placed = per_row(output, len(rows), size)
-            if padding:
-                continue
-            for key, values in placed.items():
-                if key in merged and (merged[key] is None) != (values is None):
-                    raise ValueError(
-                        f"rollout_func returned {key!r} as None for some group sizes and as a list for others: "
-                        "return None (no sampling logprobs) or a list in every call."
-                    )
-                column = merged.setdefault(key, None if values is None else [None] * len(prompts))
-                for row, value in zip(rows, values or [], strict=False):
-                    column[row] = value
+            # the output is checked on every process: one whose function answered wrongly stops them all at once
+            place = functools.partial(place_rows, merged, output, None if padding else rows, size, len(prompts))
+            checked_everywhere(place, trainer.accelerator)
         return merged
 
     return call
+
+
+def place_rows(merged: dict, output: dict, rows: list[int] | None, size: int, num_prompts: int) -> None:
+    """Check a call's `output` for its `size`-row groups (`per_row`) and put each field's entries at the call's
+    `rows` of `merged` (`num_prompts` entries a field); a padding call (`rows` None) is checked and discarded."""
+    placed = per_row(output, size if rows is None else len(rows), size)
+    if rows is None:
+        return
+    for key, values in placed.items():
+        if key in merged and (merged[key] is None) != (values is None):
+            raise ValueError(
+                f"rollout_func returned {key!r} as None for some group sizes and as a list for others: "
+                "return None (no sampling logprobs) or a list in every call."
+            )
+        column = merged.setdefault(key, None if values is None else [None] * num_prompts)
+        for row, value in zip(rows, values or [], strict=False):
+            column[row] = value
 
 
 def new_environments(trainer, row: dict, count: int) -> list:
