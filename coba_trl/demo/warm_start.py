@@ -7,6 +7,7 @@ levels but not yet the hard ones and RL has room to improve it.
 
 from __future__ import annotations
 
+import functools
 import random
 
 import torch
@@ -52,7 +53,8 @@ def warm_start(
 
     The learning rate rises over the first 20 steps, then stays (``"constant"``) or decays to 0 at the last step
     (``"linear"`` or ``"cosine"``, transformers' schedules of those names, which need more than 20 steps)."""
-    examples = [encode_pair(tokenizer, p) for p in problems]
+    # Each problem is encoded when first drawn: a short warm start draws a few hundred of a pool of thousands.
+    encoded = functools.cache(lambda index: encode_pair(tokenizer, problems[index]))
     rng = random.Random(seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate, weight_decay=0.0)
     if lr_scheduler_type == "constant":
@@ -69,7 +71,7 @@ def warm_start(
     model.train()
     losses = []
     for step in range(steps):
-        batch = [examples[rng.randrange(len(examples))] for _ in range(batch_size)]
+        batch = [encoded(rng.randrange(len(problems))) for _ in range(batch_size)]
         input_ids, attention, labels = _collate(batch, tokenizer.pad_token_id)
         loss = model(input_ids=input_ids, attention_mask=attention, labels=labels).loss
         loss.backward()
