@@ -9,6 +9,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# One torch thread per process, here and in the processes the tests launch: the tests' models are tiny, and on a busy
+# machine a second thread mostly waits for a core (a warm start ran 7 to 10 times slower with two at a load of 10).
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 VLLM_INSTALLED = importlib.util.find_spec("vllm") is not None
 
@@ -23,3 +26,12 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.get_closest_marker("vllm"):
             item.add_marker(skip)
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    # `python -m pytest` leaves the end-to-end runs out (pyproject.toml's addopts): say so, and how to run them.
+    slow = [item for item in terminalreporter.stats.get("deselected", []) if item.get_closest_marker("slow")]
+    if slow:
+        terminalreporter.write_line(
+            f"{len(slow)} end-to-end tests marked slow were left out: `python -m pytest -m slow` runs them."
+        )

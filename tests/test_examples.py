@@ -280,6 +280,7 @@ def test_a_resumed_demo_ends_where_the_uninterrupted_one_does(tmp_path, saved_de
     assert [record.get("reward") for record in histories[0]] == [record.get("reward") for record in histories[1]]
 
 
+@pytest.mark.slow
 def test_the_demo_with_a_kl_term_keeps_the_warm_start_as_its_reference_when_resumed(tmp_path, saved_demo):
     # TRL loads the reference model from model.name_or_path, which the built-in model has not (an OSError at
     # construction before): the warm start goes to a folder, and a resumed run takes that folder, not the model in

@@ -62,11 +62,11 @@ def test_the_pilot_runs_the_recipe_as_grpo_and_reads_its_quarters_from_the_alloc
     assert criteria["warm_starts"] == 2 and criteria["distinct_prompts"]["value"] == 64
 
 
-def test_the_pilot_refuses_a_run_too_short_to_have_four_quarters(tmp_path):
-    result = pilot("--", "--config", "recipes/cpu_demo_frontier.yaml", "--max_steps", "6", "--output_dir",
-                   str(tmp_path))  # fmt: skip
-    assert result.returncode != 0
-    assert "--max_steps 6 gives 3 rounds" in result.stderr and "at least 8" in result.stderr
+def test_the_pilot_refuses_a_run_too_short_to_have_four_quarters(tmp_path, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    argv = ["--", "--config", "recipes/cpu_demo_frontier.yaml", "--max_steps", "6", "--output_dir", str(tmp_path)]
+    with pytest.raises(SystemExit, match="--max_steps 6 gives 3 rounds .* at least 8"):
+        load_benchmark("frontier_pilot").main(argv)
 
 
 def test_quarter_shares_count_every_group_refills_included_by_level_and_quarter():
@@ -182,6 +182,7 @@ def test_the_table_shows_every_finished_pilot_run_by_its_first_quarter_and_what_
     assert min(row["gain"] for row in below) > 0.03 and sum(row["fall"] >= 0.15 for row in below) == 6
 
 
+@pytest.mark.slow
 def test_the_regime_pilot_prints_each_levels_flat_shares_after_a_warm_start(tmp_path):
     command = [sys.executable, str(ROOT / "benchmarks" / "regime_pilot.py"), "--operands", "3", "4",
                "--warm-start-steps", "2", "--train-prompts", "16", "--k", "4"]  # fmt: skip
