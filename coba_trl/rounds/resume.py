@@ -40,6 +40,13 @@ def batch_layout(args, num_processes: int) -> dict:
     return {"num_processes": num_processes, **{name: int(getattr(args, name)) for name in LAYOUT_FIELDS}}
 
 
+def layout_changes(state: dict, layout: dict) -> list[str]:
+    """The batch-layout fields a run of `layout` changes from the run that saved CoBA `state`, as "name saved -> now"
+    (none for a state saved without its layout)."""
+    saved = {**layout, **state.get("layout", {})}
+    return [f"{name} {saved[name]} -> {value}" for name, value in layout.items() if saved[name] != value]
+
+
 def rows_to_save(micro_step: int, repeat_count: int, buffered: list[dict] | None) -> list[dict] | None:
     """What a checkpoint saved before training micro-step `micro_step` keeps of the round in progress: TRL's buffered
     micro-batches (`buffered`) when the save falls inside a round of `repeat_count` micro-steps, else None."""
@@ -80,7 +87,7 @@ def resume_point(
         return ResumePoint(resumed_at, False, None, global_step)
     saved_at = state["micro_step"]
     saved = {**layout, **state.get("layout", {})}  # a checkpoint without a layout: this run's
-    changed = [f"{name} {saved[name]} -> {value}" for name, value in layout.items() if saved[name] != value]
+    changed = layout_changes(state, layout)
     if changed:  # rounds of this layout start where the dataloader resumes, each trained whole
         repeat_count = layout["steps_per_generation"] * layout["num_iterations"]
         micro_step = resumed_at - resumed_at % repeat_count

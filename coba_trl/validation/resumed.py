@@ -9,7 +9,7 @@ says so in one line.
 from __future__ import annotations
 
 from coba_trl.checkpoint import load_state
-from coba_trl.rounds.resume import batch_layout
+from coba_trl.rounds.resume import batch_layout, layout_changes
 
 
 def check_resumed_settings(checkpoint: str, args, num_processes: int) -> str | None:
@@ -25,9 +25,7 @@ def check_resumed_settings(checkpoint: str, args, num_processes: int) -> str | N
             f"run with budget_allocator {saved!r}, whose pass-rate state only that allocator reads. Resume with "
             f"--budget_allocator {saved}, or start a new run (without --resume_from_checkpoint)."
         )
-    layout = batch_layout(args, num_processes)
-    before = {**layout, **state.get("layout", {})}
-    changed = [f"{name} {before[name]} -> {value}" for name, value in layout.items() if before[name] != value]
+    changed = layout_changes(state, batch_layout(args, num_processes))
     if not changed:
         return None
     return (
