@@ -294,7 +294,7 @@ def test_the_cursor_takes_the_epochs_order_and_consumes_skipped_prompts(stream):
     order = [source.draw(1)[1][0] for _ in range(12)]
     assert sorted(order[:6]) == sorted(order[6:]) == [f"q{i}" for i in range(6)] and order[:6] != order[6:]
     source.restore_cursor([0, 0])
-    rows, ids, skipped = source.draw(3, skip=lambda uid: uid == order[1])
+    rows, ids, skipped = source.draw(3, skip=lambda uid, row: uid == order[1])
     assert ids == [order[0], order[2], order[3]] and skipped == [order[1]] and rows[0]["uid"] == order[0]
     source.restore_cursor([1, 4])  # a resumed run continues where the checkpoint left the cursor
     assert source.draw(2)[1] == order[10:12]
