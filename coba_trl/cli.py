@@ -147,9 +147,16 @@ LOCAL_MODEL = "a local model directory (a training output_dir, such as outputs/c
 
 def check_model_path(name: str) -> None:
     """A `model_name_or_path` written as a path (`/...`, `./...`, `../...`, `~...`: never a Hub id) or naming a file:
-    a `ValueError` saying it is missing, or a file, unless it is a folder."""
+    a `ValueError` saying it is missing, or a file, unless it is a folder. A `~` is not expanded (transformers does
+    not expand it either): a folder written with one that exists once expanded is named in full."""
     if os.path.isdir(name):
         return
+    home = os.path.expanduser(name)
+    if name.startswith("~") and os.path.isdir(home):
+        raise ValueError(
+            f"model_name_or_path {name} starts with ~, which is not expanded here (a config file, or a flag written "
+            f"--model_name_or_path={name}), so no folder has that name. Pass the folder's full path, {home}."
+        )
     if name.startswith(("/", "~", "./", "../", os.sep)) or name in (".", "..") or os.path.isfile(name):
         what = "a file, not a model folder" if os.path.isfile(name) else "missing: no such folder"
         raise ValueError(

@@ -137,6 +137,18 @@ def test_a_mistyped_model_path_is_called_missing_not_blamed_on_the_hub(monkeypat
     assert "Cannot load" not in str(error.value) and "offline" not in str(error.value)
 
 
+def test_a_model_folder_written_with_a_tilde_is_named_in_full_not_called_missing(monkeypatch, tmp_path):
+    from coba_trl.data.sources import check_model_source
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / "models" / "qwen").mkdir(parents=True)
+    with pytest.raises(ValueError) as error:
+        check_model_source("~/models/qwen")
+    line = str(error.value)
+    assert "starts with ~, which is not expanded here" in line and "missing" not in line
+    assert line.endswith(f"Pass the folder's full path, {tmp_path / 'models' / 'qwen'}.")
+
+
 @pytest.fixture
 def demo_checkpoint(tmp_path):
     """What the resume checks read of a demo checkpoint saved by the coba allocator with the demo's model size."""
