@@ -41,12 +41,6 @@ class ProgressLines:
     def close(self):
         pass
 
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
 
 def progress(total: int, desc: str, unit: str):
     """transformers' tqdm bar over `total` units on a terminal, `ProgressLines` when stderr is not one, nothing when
