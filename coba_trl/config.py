@@ -119,8 +119,8 @@ class CoBAConfig(_GRPOConfig):
             Which prompts `skip_settled_prompts` skips: `"greso"` (GRESO's rule: a prompt whose latest groups were
             all solved or all failed, with a probability that rises with their run, self-tuned towards
             `skip_target_zero_spread`) or `"spread_chance"` (a prompt whose chance that a group of `num_generations`
-            has spread, under a Beta posterior over its pass rate fitted to every prompt seen, is below
-            `skip_min_spread_chance`; never a prompt not seen yet). `"spread_chance"` needs `skip_settled_prompts=True`.
+            has spread, under a Beta posterior over its pass rate, is below `skip_min_spread_chance`; with the default
+            `skip_prior`, never a prompt not seen yet). `"spread_chance"` needs `skip_settled_prompts=True`.
         skip_min_spread_chance (`float`, *optional*, defaults to `0.5`):
             With `skip_rule="spread_chance"`: the chance of a group with spread below which a prompt is skipped.
         skip_prior (`str`, *optional*, defaults to `"population"`):
