@@ -1,12 +1,13 @@
 """What the example scripts say about a command line they cannot use, each in one line on stderr (exit status 2, as
-argparse uses for usage errors): an unknown flag or `--config` key, with the nearest field; a config file that is
-missing or is not a YAML mapping, with its path; a `--resume_from_checkpoint` folder that does not exist or is a run's
-output folder, with the checkpoints there are.
+argparse uses for usage errors): an unknown flag or `--config` key, with the nearest field; a value that is not one
+of its field's choices, with the choices; a config file that is missing or is not a YAML mapping, with its path; a
+`--resume_from_checkpoint` folder that does not exist or is a run's output folder, with the checkpoints there are.
 
 TRL's `TrlParser` reads the `--config` file and the flags; these checks run before it, so its messages (a list of
 unknown arguments, a `FileNotFoundError` traceback) are never the ones a user meets. Torch-free: the scripts read
 the config file before they import torch, and check the names it and the flags use against the fields read from the
-dataclasses' source (`check_names_before_import`) before they import the dataclasses' modules.
+dataclasses' source, and their values against the choices written there (`check_names_before_import`), before they
+import the dataclasses' modules.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from typing import NoReturn
 
 import yaml
 
-from coba_trl.declared_fields import Reference, declared_field_names
+from coba_trl.declared_fields import Reference, declared_choices, declared_field_names
 
 CONFIG_FLAG = "--config"
 
@@ -122,7 +123,8 @@ def check_names_before_import(argv: list[str], classes: list[Reference]) -> None
     """`check_command_line` against the fields of the dataclasses `classes` (module and class names) read from their source, so
     a misspelt flag or config key is refused before those modules (transformers, torch) are imported. Any flag of a
     field passes here (`--no_FIELD` and `--FIELD-NAME` too): `check_command_line` checks the parser's exact options
-    afterwards. Checks nothing when a class cannot be read from source."""
+    afterwards. A value outside the `choices` written in a field's source is refused here too (`check_choices`). Checks
+    nothing when a class cannot be read from source."""
     fields = declared_field_names(classes)
     if fields is None:
         return
@@ -130,6 +132,30 @@ def check_names_before_import(argv: list[str], classes: list[Reference]) -> None
     known = {*spelled, *(f"--no_{name}" for name in fields)}
     _check_flags(known | {option.replace("_", "-") for option in known}, spelled, argv, None)
     _check_config_keys(sorted(fields | {"env"}), argv, None)
+    check_choices(declared_choices(classes), argv)
+
+
+def _invalid_choice(value: str, choices: tuple[str, ...]) -> str:
+    return f"invalid choice: {value!r} (choose from {', '.join(map(repr, choices))})"
+
+
+def check_choices(choices: dict[str, tuple[str, ...]], argv: list[str]) -> None:
+    """Exit on the first value of `argv` (`--FIELD VALUE` or `--FIELD=VALUE`; a list field's first) or of its `--config`
+    file that is not one of its field's `choices` (`declared_choices`), in the parser's words: the field, the value,
+    the choices. A config value that is no string (a list's) is left to the parser."""
+    for token, following in zip(argv, [*argv[1:], None], strict=True):
+        flag, equals, value = token.partition("=")
+        name = flag[2:].replace("-", "_")
+        if not flag.startswith("--") or name not in choices:
+            continue
+        value = value if equals else following
+        if value is not None and not value.startswith("--") and value not in choices[name]:
+            option = f"--{name}" + (f"/--{name.replace('_', '-')}" if "_" in name else "")
+            fail(f"argument {option}: {_invalid_choice(value, choices[name])}")
+    path = config_path(argv)
+    for key, value in ({} if path is None else read_config(path)).items():
+        if key in choices and isinstance(value, str) and value not in choices[key]:
+            fail(f"config file {path}: {key}: {_invalid_choice(value, choices[key])}")
 
 
 def requested_model(argv: list[str]) -> str | None:

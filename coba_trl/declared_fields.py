@@ -1,10 +1,11 @@
-"""The field names of a dataclass, read from the source of its module and of the classes it extends, without
+"""The field names of a dataclass and the choices written for them, read from the source of its module and of the classes it extends, without
 importing any of them.
 
 The example scripts' flags are the fields of `CoBAConfig`, and `CoBAConfig` extends transformers'
 `TrainingArguments`, whose module imports torch, transformers and peft: several seconds before a parser exists. The
 scripts check the names on a command line against the fields read here first, so a misspelt flag is refused in a
-fraction of that time (`coba_trl.cli.check_names_before_import`); TrlParser still parses every value afterwards.
+fraction of that time (`coba_trl.cli.check_names_before_import`). So is a value outside a field's `choices` where
+those are written in the source (`declared_choices`); TrlParser still parses every value afterwards.
 
 A class is found where its module binds the name: a `class` statement, an assignment from another name, or a
 `from ... import` (followed into the module named, as in transformers' and TRL's lazy `__init__` files); every
@@ -108,28 +109,35 @@ def _classes(module: str, name: str) -> list[tuple[str, ast.ClassDef]] | None:
     return found or None
 
 
-def declared_fields(module: str, name: str) -> set[str] | None:
-    """The field names of dataclass `name` of `module` and of the classes it extends; None when one cannot be read."""
+def _field_statements(module: str, name: str) -> list[tuple[str, ast.AnnAssign]] | None:
+    """The field statements of dataclass `name` of `module` and of the classes it extends (each with the module it is
+    in), base classes' first; None when one cannot be read."""
     classes = _classes(module, name)
     if classes is None:
         return None
-    fields = set()
+    found = []
     for where, node in classes:
         for base in node.bases:
             if not isinstance(base, ast.Name):
                 return None
-            inherited = declared_fields(where, base.id)
+            inherited = _field_statements(where, base.id)
             if inherited is None:
                 return None
-            fields |= inherited
-        for statement in node.body:
-            if (
-                isinstance(statement, ast.AnnAssign)
-                and isinstance(statement.target, ast.Name)
-                and "ClassVar" not in ast.unparse(statement.annotation)
-            ):
-                fields.add(statement.target.id)
-    return fields
+            found += inherited
+        found += [
+            (where, statement)
+            for statement in node.body
+            if isinstance(statement, ast.AnnAssign)
+            and isinstance(statement.target, ast.Name)
+            and "ClassVar" not in ast.unparse(statement.annotation)
+        ]
+    return found
+
+
+def declared_fields(module: str, name: str) -> set[str] | None:
+    """The field names of dataclass `name` of `module` and of the classes it extends; None when one cannot be read."""
+    statements = _field_statements(module, name)
+    return None if statements is None else {statement.target.id for _, statement in statements}
 
 
 def declared_field_names(references: list[Reference]) -> set[str] | None:
@@ -141,3 +149,66 @@ def declared_field_names(references: list[Reference]) -> set[str] | None:
             return None
         names |= fields
     return names
+
+
+def _strings(node: ast.expr | None) -> tuple[str, ...] | None:
+    """The strings of a list or tuple literal of strings, else None."""
+    if not isinstance(node, ast.List | ast.Tuple):
+        return None
+    if not all(isinstance(item, ast.Constant) and isinstance(item.value, str) for item in node.elts):
+        return None
+    return tuple(item.value for item in node.elts)
+
+
+def _module_constant(module: str, name: str) -> ast.expr | None:
+    """The value `name` is bound to by the one top-level assignment to it in `module`, else None."""
+    bound = [
+        statement.value
+        for statement in _module_body(module) or ()
+        if (
+            isinstance(statement, ast.Assign)
+            and any(isinstance(t, ast.Name) and t.id == name for t in statement.targets)
+        )
+        or (
+            isinstance(statement, ast.AnnAssign)
+            and isinstance(statement.target, ast.Name)
+            and statement.target.id == name
+        )
+    ]
+    return bound[0] if len(bound) == 1 else None
+
+
+def _choices(module: str, statement: ast.AnnAssign) -> tuple[str, ...] | None:
+    """The `metadata={"choices": ...}` of a `field(...)` statement in `module`: a list or tuple of strings written
+    there, or `NAME` / `list(NAME)` of such a tuple or list bound at the top of `module`; else None."""
+    if not isinstance(statement.value, ast.Call) or "Literal" in ast.unparse(statement.annotation):
+        return None  # a Literal's values are the parser's choices, whatever the metadata says
+    metadata = next((k.value for k in statement.value.keywords if k.arg == "metadata"), None)
+    if not isinstance(metadata, ast.Dict):
+        return None
+    value = next(
+        (
+            v
+            for k, v in zip(metadata.keys, metadata.values, strict=True)
+            if isinstance(k, ast.Constant) and k.value == "choices"
+        ),
+        None,
+    )
+    if isinstance(value, ast.Call) and ast.unparse(value.func) == "list" and len(value.args) == 1:
+        value = value.args[0]
+    if isinstance(value, ast.Name):
+        value = _module_constant(module, value.id)
+    return _strings(value)
+
+
+def declared_choices(references: list[Reference]) -> dict[str, tuple[str, ...]]:
+    """The choices of each field of the dataclasses in `references` whose `choices` can be read from source
+    (`_choices`). A field redefined without readable choices by a class that extends another is left out."""
+    found = {}
+    for module, name in references:
+        for where, statement in _field_statements(module, name) or ():
+            choices = _choices(where, statement)
+            found.pop(statement.target.id, None)
+            if choices is not None:
+                found[statement.target.id] = choices
+    return found

@@ -154,6 +154,13 @@ finally:
         ("coba_trl/preview.py", ["rates.json", "--budget_alocator", "knapsack"], "did you mean --budget_allocator"),
         ("examples/train_qwen.py", ["--model_name_or_path", "./no_such_model"], "./no_such_model is missing"),
         ("examples/evaluate.py", ["--model_name_or_path", "~/no_such_model"], "~/no_such_model is missing"),
+        (
+            "examples/train_qwen.py",
+            ["--budget_allocator", "knapsak"],
+            "argument --budget_allocator/--budget-allocator: invalid choice: 'knapsak' (choose from 'coba', 'knapsack'",
+        ),
+        ("examples/train_qwen.py", ["--config", "{bad_choice}"], "skip_rule: invalid choice: 'gres' (choose from"),
+        ("coba_trl/preview.py", ["rates.json", "--skip-prior=neighbour"], "invalid choice: 'neighbour' (choose from"),
     ],
     ids=[
         "train_qwen-flag",
@@ -162,12 +169,17 @@ finally:
         "preview-flag",
         "train_qwen-model",
         "evaluate-model",
+        "train_qwen-choice",
+        "train_qwen-config-choice",
+        "preview-choice",
     ],
 )
 def test_a_misspelt_name_or_missing_model_is_refused_before_torch_is_imported(tmp_path, script, argv, says):
     bad_yaml = tmp_path / "bad.yaml"
     bad_yaml.write_text("budget_alocator: knapsack\n")
-    argv = [arg.format(bad_yaml=bad_yaml) for arg in argv]
+    bad_choice = tmp_path / "bad_choice.yaml"
+    bad_choice.write_text("skip_rule: gres\n")
+    argv = [arg.format(bad_yaml=bad_yaml, bad_choice=bad_choice) for arg in argv]
     command = [sys.executable, "-c", REFUSED_EARLY.format(heavy=HEAVY_MODULES), str(ROOT / script), *argv]
     result = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert result.returncode == 2 and says in one_line(result.stderr)
@@ -184,6 +196,25 @@ def test_the_names_checked_before_import_are_the_parsers_fields():
     assert declared_field_names(train_qwen.DATACLASSES) == parsed
     parsed = {f.name for kind in (preview.PreviewArguments, CoBAConfig) for f in dataclasses.fields(kind)}
     assert declared_field_names(preview.DATACLASSES) == parsed
+
+
+def test_the_choices_checked_before_import_are_the_parsers_choices():
+    from coba_trl import preview
+    from coba_trl.config import CoBAConfig
+    from coba_trl.declared_fields import declared_choices
+
+    ours = {"budget_allocator", "zero_variance_groups", "skip_rule", "skip_prior", "group_weighting"}
+    parsers = {
+        "train_qwen": (load("train_qwen").make_parser(), load("train_qwen").DATACLASSES),
+        "preview": (TrlParser((preview.PreviewArguments, CoBAConfig)), preview.DATACLASSES),
+    }
+    for parser, classes in parsers.values():
+        declared = declared_choices(classes)
+        parsed = {action.dest: tuple(action.choices) for action in parser._actions if action.choices is not None}
+        assert ours <= declared.keys() <= parsed.keys()  # the rest (an Enum's values) is left to the parser
+        assert declared == {name: parsed[name] for name in declared}
+    declared = declared_choices(load("train_qwen").DATACLASSES)
+    assert {"instruction", "deduplicate", "demo_warm_start_lr_scheduler_type"} <= declared.keys()
 
 
 @pytest.mark.parametrize(
