@@ -40,10 +40,16 @@ def batch_layout(args, num_processes: int) -> dict:
     return {"num_processes": num_processes, **{name: int(getattr(args, name)) for name in LAYOUT_FIELDS}}
 
 
+def saved_layout(state: dict, layout: dict) -> dict:
+    """The batch layout of the run that saved CoBA `state`; for a field the state was saved without (every field of
+    a state saved without its layout), the value of this run's `layout`."""
+    return {**layout, **state.get("layout", {})}
+
+
 def layout_changes(state: dict, layout: dict) -> list[str]:
-    """The batch-layout fields a run of `layout` changes from the run that saved CoBA `state`, as "name saved -> now"
-    (none for a state saved without its layout)."""
-    saved = {**layout, **state.get("layout", {})}
+    """The batch-layout fields a run of `layout` changes from the run that saved CoBA `state` (`saved_layout`), as
+    "name saved -> now" (none for a state saved without its layout)."""
+    saved = saved_layout(state, layout)
     return [f"{name} {saved[name]} -> {value}" for name, value in layout.items() if saved[name] != value]
 
 
@@ -86,7 +92,7 @@ def resume_point(
         logger.warning(f"{checkpoint} has no saved micro-step: a round interrupted by it is allocated afresh.")
         return ResumePoint(resumed_at, False, None, global_step)
     saved_at = state["micro_step"]
-    saved = {**layout, **state.get("layout", {})}  # a checkpoint without a layout: this run's
+    saved = saved_layout(state, layout)
     changed = layout_changes(state, layout)
     if changed:  # rounds of this layout start where the dataloader resumes, each trained whole
         repeat_count = layout["steps_per_generation"] * layout["num_iterations"]
