@@ -52,7 +52,9 @@ class CoBAGRPOTrainer(GRPOTrainer):
     `tools` run TRL's tool loop on every row, and a `rollout_func` written for GRPOTrainer works unchanged
     (`coba_trl.rounds.rollouts`; docs/setups.md). The allocator and the pass-rate history are public
     (`trainer.allocator`, `trainer.pass_rate_history`) and saved in every checkpoint; `trainer.rollout_groups` tells a
-    custom rollout which group each of its rows is in, while one is generated.
+    custom rollout which group each of its rows is in, while one is generated. `trainer.reward_funcs` holds each
+    synchronous reward function wrapped in a check of what it returns (`coba_trl.validation.rewards.CheckedReward`); the
+    function passed is its `__wrapped__`.
 
     What the training loop hands around differs from GRPO in one place: the `inputs` that `training_step` (and
     `_prepare_inputs`) receive from the dataloader are this process's share of the round's *distinct* prompts, one

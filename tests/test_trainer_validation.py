@@ -1,5 +1,8 @@
 """Construction-time errors of CoBAGRPOTrainer, and the TRL upgrade-safety checks."""
 
+import functools
+import inspect
+import pickle
 from types import SimpleNamespace
 
 import numpy as np
@@ -319,3 +322,22 @@ def test_two_prompts_sharing_an_id_are_refused_naming_both_rows(stream):
     clash = Dataset.from_dict({"prompt": ["Add 2 and 3:", "Add 4 and 5:", "Add 6 and 7:"], "uid": ["a", "b", "a"]})
     with pytest.raises(ValueError, match=r"prompt_id_column 'uid' gives rows 0 and 2 the same id 'a', but different "):
         check_dataset(clash.to_iterable_dataset() if stream else clash, "uid", None)
+
+
+def _solution_reward(completions, solution, **kwargs):
+    """Scores each completion against its problem's solution."""
+    return [float(c == s) for c, s in zip(completions, solution, strict=True)]
+
+
+_solution_reward.required_columns = ("solution",)
+
+
+def test_a_checked_reward_function_keeps_the_function_given_reachable():
+    from coba_trl.validation import checked_reward_funcs
+
+    checked, partial = checked_reward_funcs([_solution_reward, functools.partial(_solution_reward, solution=["4"])])
+    assert checked.__wrapped__ is _solution_reward and inspect.unwrap(checked) is _solution_reward
+    assert checked.__doc__ == _solution_reward.__doc__ and checked.required_columns == ("solution",)
+    assert inspect.signature(checked) == inspect.signature(_solution_reward)
+    assert partial.__name__ == "_solution_reward" and partial.__wrapped__.func is _solution_reward
+    assert pickle.loads(pickle.dumps(checked))(["4"], solution=["4"]) == [1.0]

@@ -106,16 +106,19 @@ def check_success_reward(success_reward_func: str | list[str] | None, reward_fun
 class CheckedReward:
     """A synchronous reward function whose return value is checked before TRL reads it: anything but an iterable of
     rewards (None, a single float) is a `TypeError` naming the function and what it returned, instead of TRL's
-    `'NoneType' object is not iterable` from inside `_calculate_rewards`. TRL logs it under the function's name."""
+    `'NoneType' object is not iterable` from inside `_calculate_rewards`. TRL logs it under the function's name.
+
+    It looks like the function it wraps (`functools.update_wrapper`: its name, docstring and attributes) and keeps it
+    as `__wrapped__`, so `inspect.unwrap(trainer.reward_funcs[i])` is the function that was passed."""
 
     def __init__(self, func):
         from trl.trainer.utils import get_callable_name
 
-        self.func = func
-        self.__name__ = get_callable_name(func)
+        functools.update_wrapper(self, func)
+        self.__name__ = get_callable_name(func)  # a partial's function's name, as TRL names it
 
     def __call__(self, *args, **kwargs):
-        rewards = self.func(*args, **kwargs)
+        rewards = self.__wrapped__(*args, **kwargs)
         try:
             iter(rewards)
         except TypeError:
@@ -129,7 +132,8 @@ class CheckedReward:
 
 def checked_reward_funcs(reward_funcs):
     """`reward_funcs` with each synchronous reward function wrapped in `CheckedReward` (reward models, their names
-    and async functions as given)."""
+    and async functions as given). The trainer passes these to TRL, so `trainer.reward_funcs` holds the wrappers; each
+    one's `__wrapped__` is the function given."""
     from trl.trainer.utils import is_async_callable
 
     if reward_funcs is None:
