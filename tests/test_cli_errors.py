@@ -204,17 +204,22 @@ def test_the_choices_checked_before_import_are_the_parsers_choices():
     from coba_trl.declared_fields import declared_choices
 
     ours = {"budget_allocator", "zero_variance_groups", "skip_rule", "skip_prior", "group_weighting"}
-    parsers = {
-        "train_qwen": (load("train_qwen").make_parser(), load("train_qwen").DATACLASSES),
-        "preview": (TrlParser((preview.PreviewArguments, CoBAConfig)), preview.DATACLASSES),
-    }
-    for parser, classes in parsers.values():
+    parsers = [
+        (load("train_qwen").make_parser(), load("train_qwen").DATACLASSES),
+        (TrlParser((preview.PreviewArguments, CoBAConfig)), preview.DATACLASSES),
+        (TrlParser((load("evaluate").EvalArguments,)), [("evaluate", "EvalArguments")]),
+    ]
+    for parser, classes in parsers:
         declared = declared_choices(classes)
         parsed = {action.dest: tuple(action.choices) for action in parser._actions if action.choices is not None}
-        assert ours <= declared.keys() <= parsed.keys()  # the rest (an Enum's values) is left to the parser
+        assert declared.keys() <= parsed.keys()  # the rest (an Enum's values, a dict's keys) is left to the parser
         assert declared == {name: parsed[name] for name in declared}
-    declared = declared_choices(load("train_qwen").DATACLASSES)
-    assert {"instruction", "deduplicate", "demo_warm_start_lr_scheduler_type"} <= declared.keys()
+    assert (
+        ours | {"instruction", "deduplicate", "demo_warm_start_lr_scheduler_type"}
+        <= declared_choices(load("train_qwen").DATACLASSES).keys()
+    )
+    assert ours <= declared_choices(preview.DATACLASSES).keys()
+    assert {"instruction", "backend"} <= declared_choices([("evaluate", "EvalArguments")]).keys()
 
 
 @pytest.mark.parametrize(
