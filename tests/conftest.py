@@ -29,7 +29,10 @@ def pytest_collection_modifyitems(config, items):
 
 
 def pytest_terminal_summary(terminalreporter, config):
-    # `python -m pytest` leaves the end-to-end runs out (pyproject.toml's addopts): say so, and how to run them.
+    # `python -m pytest` leaves the end-to-end runs out (pyproject.toml's addopts): say so, and how to run them. A run
+    # given its own -m (`-m vllm`, `-m slow`) chose what it runs: nothing to say.
+    if config.option.markexpr != "not slow":
+        return
     slow = [item for item in terminalreporter.stats.get("deselected", []) if item.get_closest_marker("slow")]
     if slow:
         terminalreporter.write_line(
