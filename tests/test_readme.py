@@ -89,6 +89,17 @@ def test_the_two_set_up_commands_are_the_ones_ci_runs():
     assert "python -m pytest" in ci
 
 
+def test_ci_runs_the_tests_the_readmes_test_command_leaves_out():
+    """`python -m pytest` leaves out the tests marked slow (pyproject.toml's addopts), and CI runs them too."""
+    import tomllib
+
+    options = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]
+    assert options["addopts"] == "-m 'not slow'"
+    ci = (ROOT / ".ci" / "run").read_text().splitlines()
+    assert ci.index("python -m pytest -m slow") == ci.index("python -m pytest") + 1
+    assert "`python -m pytest -m slow` runs those" in README
+
+
 def shell_commands(readme: str = README) -> list[str]:
     """Every command of the README's ```bash blocks: continuation lines joined, comments and blank lines left out."""
     commands = []
