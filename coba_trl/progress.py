@@ -4,11 +4,13 @@ On a terminal this is transformers' own tqdm bar (`transformers.utils.logging.tq
 TRL's trainer show. A bar redraws itself with carriage returns, which a redirected stderr (`> run.log 2>&1`, a job
 scheduler's log) keeps as fragments; there `ProgressLines` prints a whole line each time another tenth of the work is
 done, with the time left. Both follow transformers' switch: `transformers.utils.logging.disable_progress_bar()` or
-`HF_HUB_DISABLE_PROGRESS_BARS=1` silences them.
+`HF_HUB_DISABLE_PROGRESS_BARS=1` silences them. The short steps around it (loading weights, writing a file) show
+transformers' and datasets' own bars; `no_bars_in_a_log` turns those off in a log.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import sys
 import time
@@ -50,3 +52,23 @@ def progress(total: int, desc: str, unit: str):
     if logging.is_progress_bar_enabled() and not sys.stderr.isatty():
         return ProgressLines(total, desc, unit)
     return logging.tqdm(total=total, desc=desc, unit=f" {unit}")
+
+
+@contextlib.contextmanager
+def no_bars_in_a_log():
+    """Inside, transformers' and datasets' own progress bars are off when stderr is not a terminal; after, as before."""
+    import datasets
+    from transformers.utils import logging
+
+    switches = [
+        (logging.is_progress_bar_enabled, logging.disable_progress_bar, logging.enable_progress_bar),
+        (datasets.is_progress_bar_enabled, datasets.disable_progress_bars, datasets.enable_progress_bars),
+    ]
+    off = [] if sys.stderr.isatty() else [(disable, enable) for enabled, disable, enable in switches if enabled()]
+    for disable, _ in off:
+        disable()
+    try:
+        yield
+    finally:
+        for _, enable in off:
+            enable()

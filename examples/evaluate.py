@@ -101,6 +101,7 @@ from coba_trl.evaluation import (  # noqa: E402
 )
 from coba_trl.pass_rates import describe, score_training_set, write_pass_rates  # noqa: E402
 from coba_trl.preview import main as preview  # noqa: E402
+from coba_trl.progress import no_bars_in_a_log  # noqa: E402
 from coba_trl.rewards import boxed_accuracy_reward, dapo_accuracy_reward  # noqa: E402
 
 REWARD_FUNCS = {"dapo_accuracy_reward": dapo_accuracy_reward, "boxed_accuracy_reward": boxed_accuracy_reward}
@@ -406,7 +407,8 @@ def training_command(args: EvalArguments, path: str) -> str:
 
 def score_train_set(args: EvalArguments, dataset, generate):
     scored = score_training_set(dataset, generate, args.k, REWARD_FUNCS[args.reward_funcs[0]])
-    path = write_pass_rates(scored, args.output_dir)
+    with no_bars_in_a_log():
+        path = write_pass_rates(scored, args.output_dir)
     print(f"pass rates at k = {args.k}, graded by {args.reward_funcs[0]}: {describe(scored['pass_rate'])}")
     print(f"Wrote {path}. Train on it, allocating from step 1, with:\n  {training_command(args, path)}")
     settings = preview_settings(args)
@@ -448,13 +450,15 @@ def main(argv: list[str] | None = None):
             dataset = load_train_set(args)
         except (ValueError, FileNotFoundError) as error:
             fail(f"--train_dataset {args.train_dataset}: {error}", parser.prog)
-        generate, _ = build_generate(args)
+        with no_bars_in_a_log():  # the weights' loading bar; the sampling shows its own progress
+            generate, _ = build_generate(args)
         return score_train_set(args, dataset, generate)
     try:  # an unknown benchmark, a file that cannot be read: one line, before the model loads
         benchmarks = load_benchmarks(args)
     except (ValueError, FileNotFoundError) as error:
         fail(" ".join(str(error).split()), parser.prog)
-    generate, backend = build_generate(args)
+    with no_bars_in_a_log():
+        generate, backend = build_generate(args)
     return score_benchmarks(args, benchmarks, generate, backend)
 
 

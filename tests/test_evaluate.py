@@ -103,6 +103,22 @@ def test_sampling_progress_follows_transformers_switch(capsys, monkeypatch):
     assert "Sampling" not in capsys.readouterr().err
 
 
+def test_loading_and_writing_show_no_bar_in_a_log(capsys):
+    """Around the sampling, transformers' and datasets' own bars (loading weights, writing the pass rates) stay out of
+    a log, and are on again after."""
+    import datasets
+    from transformers.utils import logging
+
+    from coba_trl.progress import no_bars_in_a_log
+
+    with no_bars_in_a_log():
+        for _ in logging.tqdm(range(3), desc="Loading weights"):
+            pass
+        Dataset.from_dict({"a": [1, 2]}).map(lambda row: row)
+    assert capsys.readouterr().err == ""
+    assert logging.is_progress_bar_enabled() and datasets.is_progress_bar_enabled()
+
+
 def test_bad_benchmark_path_entry_is_an_error():
     with pytest.raises(ValueError, match="benchmark_paths"):
         load_script().parse_paths(["aime2024=foo.jsonl"])
@@ -180,16 +196,19 @@ def test_help_describes_the_script_with_examples(capsys):
 
 
 @pytest.mark.slow
-def test_the_demo_task_evaluates_offline(tmp_path):
+def test_the_demo_task_evaluates_offline(tmp_path, capfd):
     tokenizer = build_byte_tokenizer()
     build_tiny_qwen2(tokenizer, hidden_size=16).save_pretrained(tmp_path / "model")
     tokenizer.save_pretrained(tmp_path / "model")
+    capfd.readouterr()  # the model's saving bar
     argv = ["--model_name_or_path", str(tmp_path / "model"), "--k", "2", "--max_problems", "6", "--dtype", "float32"]
     argv += ["--backend", "transformers", "--output_dir", str(tmp_path / "eval")]
     (result,) = load_script().main([*argv, "--benchmarks", "arithmetic"])
     assert (result.benchmark, result.problems, result.completions) == ("arithmetic", 6, 12)
     scored = load_script().main([*argv, "--train_dataset", "arithmetic"])
     assert len(scored) == 6 and scored["solution"][0].isdigit()
+    err = capfd.readouterr().err  # redirected, as to a log: whole lines, the sampling's among them, and no bar
+    assert "\r" not in err and "Sampling 2 per problem: 6/6 problems (100%)" in err
 
 
 @pytest.mark.slow
