@@ -34,7 +34,7 @@ def pytest_terminal_summary(terminalreporter, config):
     if config.option.markexpr != "not slow":
         return
     slow = [item for item in terminalreporter.stats.get("deselected", []) if item.get_closest_marker("slow")]
-    if slow and config.option.markexpr == "not slow":
+    if slow:
         terminalreporter.write_line(
             f"{len(slow)} end-to-end tests marked slow were left out: `python -m pytest -m slow` runs them."
         )
