@@ -83,3 +83,16 @@ def test_rows_with_spread_by_a_step_count_each_rounds_rows_over_its_optimizer_st
         300,
         300,
     ]
+
+
+def test_the_interim_readout_gives_each_run_arms_ratios_and_differences_against_grpo():
+    interim = load_benchmark("studies.interim")
+    runs = {"grpo": {}, "skip": {}}
+    for warm, scale in enumerate((1.0, 1.1)):
+        runs["grpo"][(warm, 0)] = run("grpo", warm, [(s, g, t, a * scale) for s, g, t, a in GRPO])
+        # Reaches grpo's final avg@k with 960 of grpo's 1,280 rollouts, and ends 0.01 above it.
+        runs["skip"][(warm, 0)] = run("skip", warm, [(0, 0, 0.0, 0.1 * scale), (5, 960, 9.0, 0.3 * scale + 0.01)])
+    lines = interim.readout(runs, margin=0.02)
+    assert lines[0] == "skip (2 warm starts)"
+    assert lines[3] == "  rollouts to grpo_final / grpo's: 0: 0.750, 1: 0.750; geometric mean 0.750 [0.750, 0.750]"
+    assert lines[4].startswith("  avg@k at the stop - grpo's: +0.0100, +0.0100; mean +0.0100")
