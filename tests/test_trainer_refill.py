@@ -40,6 +40,11 @@ def _visited(record):
     return [uid for batch in batches for uid in [*batch["skipped_prompts"], *batch["prompt_ids"]]]
 
 
+def _skipped(records) -> list:
+    """Every prompt the rounds of `records` visited without generating it in that round."""
+    return [uid for record in records for uid in _visited(record) if uid not in _drawn(record)]
+
+
 def _assert_trained_rows_have_spread(recorder, trainer):
     rows = trainer.args.generation_batch_size // trainer.accelerator.num_processes
     reached = _logged(trainer, "coba/refill_bound_reached")
@@ -250,7 +255,7 @@ def test_refill_and_skipping_hold_on_two_processes(tmp_path):
     assert results[0]["history"] == results[1]["history"]
     assert sum(h["coba/prompts_skipped"] for h in logs) > 0
     records = read_rounds(tmp_path / "skip")
-    skipped = [uid for record in records for uid in _visited(record) if uid not in _drawn(record)]
+    skipped = _skipped(records)
     assert skipped and all(settled(uid) for uid in skipped)
 
 
@@ -530,7 +535,7 @@ def test_skipping_by_the_chance_of_spread_agrees_on_two_processes(tmp_path):
     for result in results:  # each process trains 8 of the round's 16 rows
         assert all(len(batch["advantages"]) == 8 for batch in result["batches"])
     records = read_rounds(tmp_path / "spread")
-    skipped = [uid for record in records for uid in _visited(record) if uid not in _drawn(record)]
+    skipped = _skipped(records)
     assert skipped and all(settled(uid) for uid in skipped)
 
 
@@ -556,7 +561,7 @@ def test_skipping_by_a_neighbourhood_prior_skips_unseen_prompts_of_settled_neigh
     # Prompts of the always-solved and never-solved kinds are skipped before any group of theirs was generated,
     # once two of their kind were seen; no mixed prompt is ever skipped.
     assert first_visit_skips and all(settled(uid) for uid in first_visit_skips)
-    skipped = [uid for record in records for uid in _visited(record) if uid not in _drawn(record)]
+    skipped = _skipped(records)
     assert all(settled(uid) for uid in skipped)
 
 
@@ -570,7 +575,7 @@ def test_skipping_by_a_neighbourhood_prior_agrees_on_two_processes(tmp_path):
     for result in results:  # each process trains 8 of the round's 16 rows
         assert all(len(batch["advantages"]) == 8 for batch in result["batches"])
     records = read_rounds(tmp_path / "level")
-    skipped = [uid for record in records for uid in _visited(record) if uid not in _drawn(record)]
+    skipped = _skipped(records)
     assert skipped and all(settled(uid) for uid in skipped)
     config = dict(MODES["refill-level"], per_device_train_batch_size=16)  # one process, the same 16-row rounds
     single = refill_trainer(tmp_path / "one", train_dataset=kind_dataset(12), **config)

@@ -163,7 +163,8 @@ class SpreadChanceSkipper:
         prior = self._prior_of(prompt_id)
         if rollouts[0] == 0 and (self.neighbours is None or prior is None):
             return float("nan")
-        return float(spread_chance(successes, rollouts, self.group_size, prior or self.prior)[0])
+        prior = self.prior if prior is None else prior  # seen, in a neighbourhood without a prior yet
+        return float(spread_chance(successes, rollouts, self.group_size, prior)[0])
 
     def visit(self, prompt_id, row: dict | None = None) -> bool:
         """Whether this visit of `prompt_id` is skipped; with a neighbourhood prior `row` (the prompt's dataset
