@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import difflib
+import itertools
 import os
 import re
 import sys
@@ -143,7 +144,7 @@ def check_choices(choices: dict[str, tuple[str, ...]], argv: list[str]) -> None:
     """Exit on the first value of `argv` (`--FIELD VALUE` or `--FIELD=VALUE`; a list field's first) or of its `--config`
     file that is not one of its field's `choices` (`declared_choices`), in the parser's words: the field, the value,
     the choices. A config value that is no string (a list's) is left to the parser."""
-    for token, following in zip(argv, [*argv[1:], None], strict=True):
+    for token, following in itertools.pairwise([*argv, None]):
         flag, equals, value = token.partition("=")
         name = flag[2:].replace("-", "_")
         if not flag.startswith("--") or name not in choices:

@@ -233,3 +233,11 @@ def test_an_invalid_choice_is_one_line_without_the_usage(capsys, script, argv, s
     with pytest.raises(SystemExit) as stop:
         load(script).main(argv)
     assert stop.value.code == 2 and says in one_line(capsys.readouterr().err)
+
+
+@pytest.mark.parametrize("argv", [[], ["--budget_allocator", "knapsack"], ["--budget_allocator=coba"]])
+def test_the_checks_before_import_pass_the_readme_main_job_and_valid_choices(argv):
+    """The README's main job is `python examples/train_qwen.py` with no argument at all."""
+    from coba_trl.cli import check_names_before_import
+
+    assert check_names_before_import(argv, load("train_qwen").DATACLASSES) is None
