@@ -50,6 +50,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from studies.protocols.rollout_savings import ARMS as STUDY_ARMS  # noqa: E402
+from studies.protocols.frontier_selection import ARMS as STUDY_9_ARMS  # noqa: E402
 from studies.protocols.rollout_savings_hard import ARMS as STUDY_6_ARMS  # noqa: E402
 
 # Beside study 5's six: study 6's (the allocators with and without refill and skipping, skipping by the chance of
@@ -70,6 +71,9 @@ EXTRA_ARMS: dict[str, dict] = {
         "skip_rule": "spread_chance",
     },
     "coba_pilot_spread": {**STUDY_ARMS["coba_pilot"], "skip_rule": "spread_chance"},
+    # study 9's (the frontier recipe): two optimizer passes a batch, skipping by a level's chance of spread, CoBA as
+    # the paper describes it and capped at 16, Knapsack-RL with the level as prior
+    **{arm: settings for arm, settings in STUDY_9_ARMS.items() if arm not in STUDY_ARMS},
 }
 ARMS = {**STUDY_ARMS, **EXTRA_ARMS}
 

@@ -301,3 +301,10 @@ def test_study_9_runs_the_frontier_recipe_as_it_is_now_with_study_7s_rules_and_i
     paper = study_run.training_args(ours, study.arms, "coba_paper", 0, str(tmp_path))
     assert (paper.coba_hard_threshold, paper.coba_easy_threshold, paper.coba_heap_fraction) == (0.0, 1.0, 1.0)
     assert study_run.training_args(ours, study.arms, "coba_cap16", 0, str(tmp_path)).max_generations == 16
+
+
+def test_every_study_9_arm_can_be_timed_alone_with_the_studys_own_settings():
+    """`rollouts_to_accuracy.py --arms ARM` runs the arm as study 9 registered it (its seconds are timed there)."""
+    bench = load_benchmark("rollout_savings")
+    study = load_benchmark("studies.protocols").load_study("frontier_selection")
+    assert {arm: bench.ARMS.get(arm) for arm in study.arms} == study.arms
