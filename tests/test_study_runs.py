@@ -178,7 +178,16 @@ def test_study_9_keeps_each_runs_allocation_log_beside_its_raw_result(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "name", ["phases", "warm_starts", "rollout_savings", "rollout_savings_hard", "frontier", "frontier_neighbours"]
+    "name",
+    [
+        "phases",
+        "warm_starts",
+        "rollout_savings",
+        "rollout_savings_hard",
+        "frontier",
+        "frontier_neighbours",
+        "frontier_selection",
+    ],
 )
 def test_committed_raw_results_regenerate_the_study_page_byte_for_byte(tmp_path, name):
     study = load_benchmark("studies.protocols").load_study(name)
