@@ -654,3 +654,38 @@ def test_a_resume_with_skipping_equals_the_uninterrupted_run(tmp_path, overrides
     assert resumed.pass_rate_history.state_dict() == full.pass_rate_history.state_dict()
     for ours, theirs in zip(resumed.model.parameters(), full.model.parameters(), strict=True):
         assert torch.equal(ours, theirs)
+
+
+def test_a_second_pass_over_a_refilled_round_is_off_policy_against_the_logps_each_row_was_generated_with(tmp_path):
+    """`num_iterations=2` (study 9's reuse arms) with refill and skipping by a level's chance of spread: every row that
+    reaches the loss, refill rows included, carries the log-probabilities of the policy that generated it, so TRL's
+    ratio is 1 on a round's first pass and the clipped off-policy ratio on its second (not 1 again, as it would be if
+    the row fell back to its own detached log-probabilities)."""
+    trainer = refill_trainer(
+        tmp_path, train_dataset=kind_dataset(), num_iterations=2, skip_settled_prompts=True, max_steps=8, **LEVEL_SKIP
+    )
+    passes = []
+    compute_loss = trainer._compute_loss
+
+    def record(model, inputs):
+        old = inputs.get("old_per_token_logps")
+        if old is not None:
+            with torch.no_grad():
+                ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], dim=1)
+                mask = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
+                now, _, _ = trainer._get_per_token_logps_and_entropies(
+                    model, ids, mask, inputs["completion_ids"].size(1)
+                )
+            trained = inputs["completion_mask"].bool()
+            passes.append(((now - old).abs()[trained].max().item(), len(inputs["advantages"])))
+        else:
+            passes.append(None)
+        return compute_loss(model, inputs)
+
+    trainer._compute_loss = record
+    trainer.train()
+    assert None not in passes and len(passes) == 8  # every optimizer step: old log-probabilities on every row
+    assert all(rows == trainer.args.generation_batch_size for _, rows in passes)
+    assert max(gap for gap, _ in passes[0::2]) < 1e-5  # first pass: the generating policy, ratio 1
+    assert min(gap for gap, _ in passes[1::2]) > 1e-4  # second pass: the policy moved, the ratio is not 1
+    assert sum(_logged(trainer, "coba/refill_phases")) > 0  # refill rows were among them
