@@ -49,8 +49,8 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from studies.protocols.rollout_savings import ARMS as STUDY_ARMS  # noqa: E402
 from studies.protocols.frontier_selection import ARMS as STUDY_9_ARMS  # noqa: E402
+from studies.protocols.rollout_savings import ARMS as STUDY_ARMS  # noqa: E402
 from studies.protocols.rollout_savings_hard import ARMS as STUDY_6_ARMS  # noqa: E402
 
 # Beside study 5's six: study 6's (the allocators with and without refill and skipping, skipping by the chance of
